@@ -1,0 +1,54 @@
+# attention-from-scratch: one command to read the series, one to check everything.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8888
+
+.PHONY: install lab notebooks export check-export lint test test-unit test-notebooks bench clean
+
+install: $(STAMP)
+
+# torch first, pinned: an unpinned torch would pull a CUDA build of several GB.
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt torch
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+lab: install
+	$(VENV)/bin/jupyter lab --notebook-dir=. --ip=$(HOST) --port=$(PORT) notebooks/
+
+# Re-execute every notebook in a fresh kernel, in place, then regenerate the package from them.
+notebooks: install
+	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.timeout=300 --ExecutePreprocessor.record_timing=False \
+	    notebooks/[0-9]*.ipynb
+	$(MAKE) export
+
+export: install
+	$(PY) scripts/export.py
+
+check-export: install
+	$(PY) scripts/export.py --check
+
+lint: install
+	$(VENV)/bin/ruff check attention_lib tests notebooks benchmarks scripts
+
+test-unit: install
+	$(VENV)/bin/pytest tests
+
+test-notebooks: install
+	$(VENV)/bin/pytest --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg notebooks
+
+test: lint check-export test-unit test-notebooks
+
+bench: install
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts build *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

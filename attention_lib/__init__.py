@@ -1,0 +1,22 @@
+"""attention_lib: the attention layers built in the attention-from-scratch notebooks.
+
+Every module but this one is generated from the notebooks by nbdev; edit the notebooks, then `make export`.
+"""
+
+from .bidirectional import AttentionBase, BidirectionalAttention
+from .checks import check_input, prepare_mask
+from .functional import attend, explicit_attention, fused_attention
+from .single_head import SingleHeadAttention
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AttentionBase",
+    "BidirectionalAttention",
+    "SingleHeadAttention",
+    "attend",
+    "check_input",
+    "explicit_attention",
+    "fused_attention",
+    "prepare_mask",
+]
