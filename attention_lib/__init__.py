@@ -5,7 +5,7 @@ Every module but this one is generated from the notebooks by nbdev; edit the not
 
 from .bidirectional import AttentionBase, BidirectionalAttention
 from .checks import check_input, prepare_mask
-from .functional import attend, explicit_attention, fused_attention
+from .functional import attend, causal_mask, explicit_attention, fused_attention, padding_mask
 from .single_head import SingleHeadAttention
 
 __version__ = "0.1.0"
@@ -15,6 +15,8 @@ __all__ = [
     "BidirectionalAttention",
     "SingleHeadAttention",
     "attend",
+    "causal_mask",
+    "padding_mask",
     "check_input",
     "explicit_attention",
     "fused_attention",

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from .checks import check_input, prepare_mask
