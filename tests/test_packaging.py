@@ -1,0 +1,57 @@
+"""The project's own files agree with each other: conda's environment.yml and pip's pyproject.toml, the pins."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+import attention_lib
+
+ROOT = Path(__file__).resolve().parent.parent
+# conda-forge names that differ from the PyPI ones
+CONDA_TO_PYPI = {"pytorch": "torch"}
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[\s<>=!~\[;]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def pyproject_packages() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    names = {_name(r) for r in project["dependencies"]}
+    for extra in project["optional-dependencies"].values():
+        names |= {_name(r) for r in extra if not r.startswith(project["name"])}
+    return names
+
+
+def environment_packages() -> set[str]:
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    names = set()
+    for dep in env["dependencies"]:
+        if isinstance(dep, dict):  # the pip: section
+            names |= {_name(r) for r in dep["pip"] if not r.startswith("-e")}
+        elif _name(dep) not in {"python", "pip"}:
+            names.add(CONDA_TO_PYPI.get(_name(dep), _name(dep)))
+    return names
+
+
+def test_environment_yml_lists_the_same_packages_as_pyproject():
+    conda, pip = environment_packages(), pyproject_packages()
+    assert conda == pip, f"only in environment.yml: {sorted(conda - pip)}; only in pyproject.toml: {sorted(pip - conda)}"
+
+
+def test_every_package_is_pinned_and_torch_is_the_cpu_release():
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[_name(name)] = version
+    missing = pyproject_packages() - set(pins)
+    assert not missing, f"not pinned in constraints.txt: {sorted(missing)}"
+    assert pins["torch"] == "2.13.0"
+
+
+def test_public_api_is_importable_from_the_package():
+    for name in ["SingleHeadAttention", "padding_mask", "causal_mask", "attend", "prepare_mask"]:
+        assert name in attention_lib.__all__ and hasattr(attention_lib, name), name
