@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
 PORT ?= 8888
+# Jupyter refuses to run as root unless told; containers and CI machines often are root.
+ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: install lab notebooks export check-export lint test test-unit test-notebooks bench clean
 
@@ -14,13 +16,12 @@ install: $(STAMP)
 # torch first, pinned: an unpinned torch would pull a CUDA build of several GB.
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -c constraints.txt torch
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
 lab: install
-	$(VENV)/bin/jupyter lab --notebook-dir=. --ip=$(HOST) --port=$(PORT) notebooks/
+	$(VENV)/bin/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=notebooks --ip=$(HOST) --port=$(PORT)
 
 # Re-execute every notebook in a fresh kernel, in place, then regenerate the package from them.
 notebooks: install
