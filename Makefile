@@ -40,10 +40,10 @@ lint: install
 	$(VENV)/bin/ruff check attention_lib tests notebooks benchmarks scripts
 
 test-unit: install
-	$(VENV)/bin/pytest tests
+	$(VENV)/bin/pytest -v tests
 
 test-notebooks: install
-	$(VENV)/bin/pytest --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg notebooks
+	$(VENV)/bin/pytest -v --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
 test: lint check-export test-unit test-notebooks
 
