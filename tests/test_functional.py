@@ -1,0 +1,212 @@
+"""The attention functions and mask builders of attention_lib.functional, against independent references."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right
+
+from attention_lib.functional import attend, causal_mask, explicit_attention, fused_attention, padding_mask
+
+
+def reference(q, k, v, mask=None):
+    """softmax(q kᵀ / √HS) v in float64 with plain loops over the keys; rows with no visible key give zeros."""
+    q, k, v = q.double(), k.double(), v.double()
+    scores = torch.einsum("...id,...jd->...ij", q, k) / math.sqrt(q.size(-1))  # (..., S, S_kv)
+    e = (scores - scores.amax(dim=-1, keepdim=True)).exp()
+    if mask is not None:
+        e = e * mask.expand_as(e)
+    total = e.sum(dim=-1, keepdim=True)
+    weights = torch.where(total > 0, e / total.clamp_min(1e-300), torch.zeros_like(e))  # (..., S, S_kv)
+    return weights @ v, weights
+
+
+def qkv(*shape_q, S_kv=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    *lead, S, HS = shape_q
+    S_kv = S if S_kv is None else S_kv
+    q = torch.randn(*lead, S, HS, generator=g)  # (..., S, HS)
+    k = torch.randn(*lead, S_kv, HS, generator=g)  # (..., S_kv, HS)
+    v = torch.randn(*lead, S_kv, HS, generator=g)  # (..., S_kv, HS)
+    return q, k, v
+
+
+# --- padding_mask -------------------------------------------------------------------------------------------------
+
+
+def test_padding_mask_right():
+    expected = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]], dtype=torch.bool)
+    assert torch.equal(padding_mask([3, 1, 4, 0]), expected)
+
+
+def test_padding_mask_left():
+    expected = torch.tensor([[0, 1, 1, 1], [0, 0, 0, 1], [1, 1, 1, 1], [0, 0, 0, 0]], dtype=torch.bool)
+    assert torch.equal(padding_mask([3, 1, 4, 0], left=True), expected)
+
+
+def test_padding_mask_seq_len_and_tensor_lengths():
+    m = padding_mask(torch.tensor([2, 1]), seq_len=5)
+    assert m.dtype == torch.bool and m.shape == (2, 5)
+    assert m.sum(dim=1).tolist() == [2, 1]
+    left = padding_mask(torch.tensor([2, 1]), seq_len=5, left=True)
+    assert torch.equal(left, m.flip(-1))
+
+
+@pytest.mark.parametrize("lengths,seq_len", [([3, 6], 5), ([-1, 2], 4)])
+def test_padding_mask_rejects_bad_lengths(lengths, seq_len):
+    with pytest.raises(ValueError, match=r"lengths must lie in \[0, seq_len=\d+\]"):
+        padding_mask(lengths, seq_len=seq_len)
+
+
+# --- causal_mask ---------------------------------------------------------------------------------------------------
+
+
+def test_causal_mask_square_is_lower_triangle():
+    m = causal_mask(4)
+    assert m.dtype == torch.bool and m.shape == (4, 4)
+    for i in range(4):
+        for j in range(4):
+            assert bool(m[i, j]) == (j <= i)
+
+
+@pytest.mark.parametrize("S,S_kv", [(1, 1), (3, 3), (2, 5), (1, 6), (4, 9), (5, 3)])
+def test_causal_mask_matches_torch_lower_right(S, S_kv):
+    expected = torch.tensor([[j <= S_kv - S + i for j in range(S_kv)] for i in range(S)])  # by hand
+    assert torch.equal(causal_mask(S, S_kv), expected)
+    if S <= S_kv:  # torch's lower-right bias (it warns for S > S_kv)
+        assert torch.equal(causal_mask(S, S_kv), causal_lower_right(S, S_kv)._materialize())
+
+
+def test_causal_mask_longer_keys_last_query_sees_everything():
+    m = causal_mask(2, 5)
+    assert m[-1].all() and m[0].tolist() == [True, True, True, True, False]
+
+
+# --- explicit_attention and fused_attention ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape,S_kv", [((1, 3, 4), 3), ((2, 5, 8), 7), ((2, 3, 4, 16), 4)])
+def test_explicit_matches_reference_and_sdpa(shape, S_kv):
+    q, k, v = qkv(*shape, S_kv=S_kv)
+    ctx, w = explicit_attention(q, k, v)
+    ref_ctx, ref_w = reference(q, k, v)
+    assert ctx.shape == q.shape[:-1] + (v.size(-1),) and w.shape == q.shape[:-1] + (S_kv,)
+    assert torch.allclose(ctx.double(), ref_ctx, atol=1e-5) and torch.allclose(w.double(), ref_w, atol=1e-6)
+    assert torch.allclose(ctx, F.scaled_dot_product_attention(q, k, v), atol=1e-5)
+    assert torch.allclose(fused_attention(q, k, v), ctx, atol=1e-5)
+
+
+def test_weights_sum_to_one_over_visible_keys_and_zero_elsewhere():
+    q, k, v = qkv(2, 4, 6, 8, S_kv=6)
+    mask = torch.rand(2, 1, 6, 6, generator=torch.Generator().manual_seed(1)) > 0.3  # (B, 1, S, S_kv)
+    _, w = explicit_attention(q, k, v, mask)
+    visible = mask.expand_as(w)
+    assert bool((w[~visible] == 0).all())
+    sums = w.sum(-1)
+    has_key = visible.any(-1)
+    assert torch.allclose(sums[has_key], torch.ones_like(sums[has_key]))
+    assert bool((sums[~has_key] == 0).all())
+
+
+# --- attend: both paths agree --------------------------------------------------------------------------------------
+
+
+def _masks(B, S, S_kv):
+    g = torch.Generator().manual_seed(2)
+    return {
+        "none": None,
+        "padding right (B,1,1,S_kv)": padding_mask([S_kv, S_kv - 2], seq_len=S_kv)[:, None, None, :],
+        "padding left (B,1,1,S_kv)": padding_mask([S_kv - 1, 1], seq_len=S_kv, left=True)[:, None, None, :],
+        "random (B,NH,S,S_kv)": torch.rand(B, 3, S, S_kv, generator=g) > 0.5,
+        "one for all (S,S_kv)": torch.rand(S, S_kv, generator=g) > 0.5,
+    }
+
+
+@pytest.mark.parametrize("mask_name", list(_masks(2, 5, 5)))
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_attend_paths_agree_with_masks_and_is_causal(mask_name, is_causal):
+    B, NH, S, HS = 2, 3, 5, 4
+    q, k, v = qkv(B, NH, S, HS)
+    mask = _masks(B, S, S)[mask_name]
+    ctx_f, none = attend(q, k, v, mask, is_causal=is_causal)
+    ctx_e, w = attend(q, k, v, mask, explicit=True, is_causal=is_causal)
+    assert none is None and w.shape == (B, NH, S, S)
+    assert torch.allclose(ctx_f, ctx_e, atol=1e-5)
+    full = torch.ones(B, NH, S, S, dtype=torch.bool) if mask is None else mask.expand(B, NH, S, S)
+    if is_causal:
+        full = full & causal_mask(S)
+    ref_ctx, ref_w = reference(q, k, v, full)
+    assert torch.allclose(ctx_e.double(), ref_ctx, atol=1e-5) and torch.allclose(w.double(), ref_w, atol=1e-6)
+
+
+def test_is_causal_equals_sdpa_is_causal():
+    q, k, v = qkv(2, 2, 6, 8)
+    ctx, _ = attend(q, k, v, is_causal=True)
+    assert torch.allclose(ctx, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6)
+    ctx_e, w = attend(q, k, v, is_causal=True, explicit=True)
+    assert torch.allclose(ctx_e, ctx, atol=1e-5)
+    assert bool((w.triu(diagonal=1) == 0).all())
+
+
+def test_is_causal_with_longer_keys_is_refused_by_attend():
+    q, k, v = qkv(1, 2, 4, S_kv=5)
+    with pytest.raises(ValueError, match=r"S=2 and S_kv=5.*causal_mask\(S, S_kv\)"):
+        attend(q, k, v, is_causal=True)
+    with pytest.raises(ValueError, match="is_causal"):
+        attend(q, k, v, is_causal=True, explicit=True)
+
+
+def test_lower_level_functions_agree_on_causal_with_longer_keys():
+    q, k, v = qkv(2, 3, 4, S_kv=7)
+    ctx_e, _ = explicit_attention(q, k, v, is_causal=True)
+    ctx_f = fused_attention(q, k, v, is_causal=True)
+    ref_ctx, _ = reference(q, k, v, causal_mask(3, 7))
+    assert torch.allclose(ctx_e.double(), ref_ctx, atol=1e-5)
+    assert torch.allclose(ctx_f.double(), ref_ctx, atol=1e-5)
+
+
+def test_mask_and_is_causal_combine_by_and():
+    q, k, v = qkv(2, 5, 4)
+    pad = padding_mask([5, 3])[:, None, :]  # (B, 1, S_kv)
+    ctx, _ = attend(q, k, v, pad, is_causal=True)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=pad & causal_mask(5))
+    assert torch.allclose(ctx, expected, atol=1e-6)
+
+
+# --- a query row with no visible key: zeros, never NaN -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_fully_masked_rows_give_zeros_and_finite_gradients(explicit):
+    B, NH, S, HS = 2, 2, 4, 8
+    q, k, v = (t.requires_grad_(True) for t in qkv(B, NH, S, HS))
+    # left padding with the causal rule: the first S - length queries see nothing
+    mask = padding_mask([2, 4], left=True)[:, None, None, :]  # (B, 1, 1, S_kv)
+    ctx, w = attend(q, k, v, mask, explicit=explicit, is_causal=True)
+    assert bool(ctx.isfinite().all())
+    assert bool((ctx[0, :, :2] == 0).all())
+    assert not bool((ctx[0, :, 2:] == 0).all()) and not bool((ctx[1] == 0).all())
+    if explicit:
+        assert bool((w[0, :, :2] == 0).all()) and bool(w.isfinite().all())
+    (ctx**2).sum().backward()
+    for t in (q, k, v):
+        assert bool(t.grad.isfinite().all())
+    assert bool((q.grad[0, :, :2] == 0).all())  # nothing flows into a query that sees nothing
+
+
+def test_fully_masked_everything_gives_zeros_on_both_paths():
+    q, k, v = qkv(2, 3, 4)
+    mask = torch.zeros(2, 3, 3, dtype=torch.bool)
+    for explicit in (False, True):
+        ctx, _ = attend(q, k, v, mask, explicit=explicit)
+        assert torch.equal(ctx, torch.zeros_like(ctx))
+
+
+def test_explicit_weights_are_before_dropout():
+    torch.manual_seed(0)
+    q, k, v = qkv(1, 4, 8)
+    ctx_plain, w_plain = explicit_attention(q, k, v)
+    ctx_drop, w_drop = explicit_attention(q, k, v, dropout_p=0.5)
+    assert torch.equal(w_plain, w_drop)
+    assert not torch.allclose(ctx_plain, ctx_drop)
