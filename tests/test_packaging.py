@@ -38,7 +38,7 @@ def environment_packages() -> set[str]:
 
 def test_environment_yml_lists_the_same_packages_as_pyproject():
     conda, pip = environment_packages(), pyproject_packages()
-    assert conda == pip, f"only in environment.yml: {sorted(conda - pip)}; only in pyproject.toml: {sorted(pip - conda)}"
+    assert conda == pip, f"only in environment.yml: {sorted(conda - pip)}; only in pyproject: {sorted(pip - conda)}"
 
 
 def test_every_package_is_pinned_and_torch_is_the_cpu_release():

@@ -138,10 +138,10 @@ def test_gradcheck_float64():
         (lambda: (torch.randn(5, 8), None), ValueError, ["x", "(B, S, 8)", "(5, 8)"]),
         (lambda: (torch.randn(2, 5, 9), None), ValueError, ["x", "(B, S, 8)", "(2, 5, 9)"]),
         (lambda: (torch.randn(2, 5, 8), torch.ones(2, 5)), TypeError, ["mask", "torch.bool", "float32"]),
-        (lambda: (torch.randn(2, 5, 8), torch.ones(2, 4, dtype=torch.bool)), ValueError, ["mask", "(2, 5)", "(2, 4)"]),
-        (lambda: (torch.randn(2, 5, 8), torch.ones(3, 5, dtype=torch.bool)), ValueError, ["mask", "(2, 5)", "(3, 5)"]),
-        (lambda: (torch.randn(2, 5, 8), torch.ones(3, 5, 5, dtype=torch.bool)), ValueError, ["mask", "(3, 5, 5)"]),
-        (lambda: (torch.randn(2, 5, 8), torch.ones(2, 1, 5, 5, dtype=torch.bool)), ValueError, ["mask", "(2, 1, 5, 5)"]),
+        (lambda: (torch.randn(2, 5, 8), torch.ones(2, 4).bool()), ValueError, ["mask", "(2, 5)", "(2, 4)"]),
+        (lambda: (torch.randn(2, 5, 8), torch.ones(3, 5).bool()), ValueError, ["mask", "(2, 5)", "(3, 5)"]),
+        (lambda: (torch.randn(2, 5, 8), torch.ones(3, 5, 5).bool()), ValueError, ["mask", "(3, 5, 5)"]),
+        (lambda: (torch.randn(2, 5, 8), torch.ones(2, 1, 5, 5).bool()), ValueError, ["mask", "(2, 1, 5, 5)"]),
     ],
 )
 def test_bad_inputs_raise_clear_errors(make_input, error, words):
