@@ -5,6 +5,7 @@ Every module but this one is generated from the notebooks by nbdev; edit the not
 
 from .bidirectional import AttentionBase, BidirectionalAttention
 from .checks import check_input, prepare_mask
+from .cross import ContextKV, CrossAttention
 from .functional import attend, causal_mask, explicit_attention, fused_attention, padding_mask
 from .single_head import SingleHeadAttention
 
@@ -13,6 +14,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AttentionBase",
     "BidirectionalAttention",
+    "ContextKV",
+    "CrossAttention",
     "SingleHeadAttention",
     "attend",
     "causal_mask",
