@@ -1,0 +1,169 @@
+"""The input checks of attention_lib.checks: what they accept, what they make of it, and their error messages."""
+
+import re
+
+import pytest
+import torch
+
+from attention_lib.checks import check_input, check_same_batch, prepare_mask
+from attention_lib.functional import attend, padding_mask
+
+B, S, S_KV, NH = 2, 3, 5, 4
+
+
+def bool_mask(*shape, seed=0):
+    return torch.rand(*shape, generator=torch.Generator().manual_seed(seed)) > 0.5
+
+
+# --- check_input ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_check_input_accepts_float_batch_first(dtype):
+    assert check_input(torch.zeros(2, 3, 8, dtype=dtype), 8) is None
+    assert check_input(torch.zeros(1, 0, 8), 8) is None  # an empty sequence is still (B, S, C)
+
+
+@pytest.mark.parametrize("shape", [(2, 8), (8,), (1, 2, 3, 8), (2, 3, 7), (2, 3, 16)])
+def test_check_input_rejects_wrong_shape(shape):
+    with pytest.raises(ValueError) as info:
+        check_input(torch.zeros(*shape), 8)
+    msg = str(info.value)
+    assert msg.startswith("x ") and "(B, S, 8)" in msg and str(tuple(shape)) in msg
+
+
+def test_check_input_names_the_argument():
+    with pytest.raises(ValueError, match=r"^context must have shape \(B, S, 12\).*got \(2, 5, 8\)"):
+        check_input(torch.zeros(2, 5, 8), 12, name="context")
+
+
+@pytest.mark.parametrize("bad", [[[[0.0] * 8]], None, 3.0])
+def test_check_input_rejects_non_tensors_with_type_error(bad):
+    with pytest.raises(TypeError, match=rf"^x must be a torch.Tensor of shape \(B, S, 8\), got {type(bad).__name__}"):
+        check_input(bad, 8)
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_check_input_rejects_non_float_dtype_with_type_error(dtype):
+    with pytest.raises(TypeError, match=re.escape(f"got dtype {dtype} with shape (2, 3, 8)")) as info:
+        check_input(torch.zeros(2, 3, 8, dtype=dtype), 8)
+    assert str(info.value).startswith("x must be a floating-point tensor of shape (B, S, 8)")
+
+
+# --- check_same_batch ----------------------------------------------------------------------------------------------
+
+
+def test_check_same_batch_accepts_equal_batches():
+    assert check_same_batch(torch.zeros(2, 3, 8), torch.zeros(2, 7, 5)) is None
+    assert check_same_batch(torch.zeros(2, 3, 8), torch.zeros(2, 7), name="mask") is None
+
+
+def test_check_same_batch_rejects_other_batch():
+    with pytest.raises(ValueError) as info:
+        check_same_batch(torch.zeros(2, 3, 8), torch.zeros(3, 7, 5))
+    msg = str(info.value)
+    assert msg.startswith("context must have the batch size of x (2), got 3")
+    assert "(3, 7, 5)" in msg and "(2, 3, 8)" in msg
+
+
+def test_check_same_batch_names_the_argument_and_rejects_non_tensors():
+    with pytest.raises(ValueError, match=r"^mask must have the batch size of x \(2\)"):
+        check_same_batch(torch.zeros(2, 3, 8), torch.zeros(1, 7, dtype=torch.bool), name="mask")
+    with pytest.raises(ValueError, match="context"):
+        check_same_batch(torch.zeros(2, 3, 8), torch.tensor(1.0))
+    with pytest.raises(TypeError, match="^context must be a torch.Tensor.*got list"):
+        check_same_batch(torch.zeros(2, 3, 8), [1, 2])
+
+
+# --- prepare_mask: accepted shapes ---------------------------------------------------------------------------------
+
+
+def test_prepare_mask_none_stays_none():
+    assert prepare_mask(None, B, S, S_KV) is None
+    assert prepare_mask(None, B, S, S_KV, num_heads=NH) is None
+
+
+def test_padding_mask_is_spread_over_queries_and_heads():
+    pad = padding_mask([5, 2])  # (B, S_kv)
+    single = prepare_mask(pad, B, S, S_KV)
+    multi = prepare_mask(pad, B, S, S_KV, num_heads=NH)
+    assert single.shape == (B, 1, S_KV) and multi.shape == (B, 1, 1, S_KV)
+    assert torch.equal(single.expand(B, S, S_KV)[:, 2], pad)
+    assert torch.equal(multi.expand(B, NH, S, S_KV)[:, 3, 1], pad)
+    assert prepare_mask(pad[:1], B, S, S_KV).shape == (1, 1, S_KV)  # one padding row for the whole batch
+
+
+@pytest.mark.parametrize(
+    "shape,num_heads",
+    [
+        ((B, S, S_KV), None),
+        ((1, S, S_KV), None),
+        ((B, 1, S_KV), None),
+        ((S_KV,), None),  # one row of keys for everything
+        ((B, NH, S, S_KV), NH),
+        ((B, 1, S, S_KV), NH),
+        ((1, 1, S, S_KV), NH),
+        ((NH, S, S_KV), NH),
+        ((1, S, S_KV), NH),
+    ],
+)
+def test_prepare_mask_passes_broadcastable_masks_unchanged(shape, num_heads):
+    mask = bool_mask(*shape)
+    out = prepare_mask(mask, B, S, S_KV, num_heads=num_heads)
+    assert out is mask
+
+
+def test_prepared_padding_mask_gives_the_attention_of_the_full_mask():
+    g = torch.Generator().manual_seed(3)
+    q = torch.randn(B, NH, S, 8, generator=g)
+    k, v = torch.randn(2, B, NH, S_KV, 8, generator=g).unbind(0)
+    pad = padding_mask([5, 2])
+    full = pad[:, None, None, :].expand(B, NH, S, S_KV).clone()
+    ctx, _ = attend(q, k, v, prepare_mask(pad, B, S, S_KV, num_heads=NH), explicit=True)
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=full)
+    assert torch.allclose(ctx, expected, atol=1e-6)
+
+
+# --- prepare_mask: rejected types and shapes -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8])
+def test_prepare_mask_rejects_non_bool_dtype(dtype):
+    mask = torch.ones(B, S_KV, dtype=dtype)
+    with pytest.raises(TypeError) as info:
+        prepare_mask(mask, B, S, S_KV)
+    msg = str(info.value)
+    assert msg.startswith("mask must have dtype torch.bool (True = may attend)")
+    assert str(dtype) in msg and str((B, S_KV)) in msg
+
+
+def test_prepare_mask_rejects_non_tensors():
+    with pytest.raises(TypeError, match="^mask must be a torch.Tensor of dtype torch.bool, got list"):
+        prepare_mask([[True] * S_KV] * B, B, S, S_KV)
+
+
+@pytest.mark.parametrize("shape", [(B, S_KV + 1), (B + 1, S_KV), (S, S_KV)])
+def test_prepare_mask_rejects_bad_padding_masks(shape):
+    with pytest.raises(ValueError) as info:
+        prepare_mask(torch.ones(*shape, dtype=torch.bool), B, S, S_KV)
+    msg = str(info.value)
+    assert "padding mask" in msg and f"(B, S_kv) = {(B, S_KV)}" in msg and f"got {shape}" in msg
+
+
+@pytest.mark.parametrize(
+    "shape,num_heads,target",
+    [
+        ((B + 1, S, S_KV), None, f"(B, S, S_kv) = {(B, S, S_KV)}"),
+        ((B, S + 1, S_KV), None, f"(B, S, S_kv) = {(B, S, S_KV)}"),
+        ((B, 1, 1, S_KV), None, f"(B, S, S_kv) = {(B, S, S_KV)}"),  # a multi-head mask for a single head
+        ((B, NH + 1, S, S_KV), NH, f"(B, NH, S, S_kv) = {(B, NH, S, S_KV)}"),
+        ((B, S, S_KV), NH, f"(B, NH, S, S_kv) = {(B, NH, S, S_KV)}"),  # B != NH: needs its head axis
+        ((1, B, NH, S, S_KV), NH, f"(B, NH, S, S_kv) = {(B, NH, S, S_KV)}"),
+        ((S_KV + 1,), NH, f"(B, NH, S, S_kv) = {(B, NH, S, S_KV)}"),
+    ],
+)
+def test_prepare_mask_rejects_shapes_that_do_not_broadcast(shape, num_heads, target):
+    with pytest.raises(ValueError) as info:
+        prepare_mask(torch.ones(*shape, dtype=torch.bool), B, S, S_KV, num_heads=num_heads)
+    msg = str(info.value)
+    assert msg.startswith("mask must be") and target in msg and f"got {shape}" in msg
