@@ -103,7 +103,6 @@ def test_padding_mask_is_spread_over_queries_and_heads():
         ((B, NH, S, S_KV), NH),
         ((B, 1, S, S_KV), NH),
         ((1, 1, S, S_KV), NH),
-        ((NH, S, S_KV), NH),
         ((1, S, S_KV), NH),
     ],
 )
@@ -157,7 +156,6 @@ def test_prepare_mask_rejects_bad_padding_masks(shape):
         ((B, S + 1, S_KV), None, f"(B, S, S_kv) = {(B, S, S_KV)}"),
         ((B, 1, 1, S_KV), None, f"(B, S, S_kv) = {(B, S, S_KV)}"),  # a multi-head mask for a single head
         ((B, NH + 1, S, S_KV), NH, f"(B, NH, S, S_kv) = {(B, NH, S, S_KV)}"),
-        ((B, S, S_KV), NH, f"(B, NH, S, S_kv) = {(B, NH, S, S_KV)}"),  # B != NH: needs its head axis
         ((1, B, NH, S, S_KV), NH, f"(B, NH, S, S_kv) = {(B, NH, S, S_KV)}"),
         ((S_KV + 1,), NH, f"(B, NH, S, S_kv) = {(B, NH, S, S_KV)}"),
     ],
@@ -167,3 +165,16 @@ def test_prepare_mask_rejects_shapes_that_do_not_broadcast(shape, num_heads, tar
         prepare_mask(torch.ones(*shape, dtype=torch.bool), B, S, S_KV, num_heads=num_heads)
     msg = str(info.value)
     assert msg.startswith("mask must be") and target in msg and f"got {shape}" in msg
+
+
+def test_three_dimensional_mask_is_ambiguous_for_several_heads():
+    # (B, S, S_kv) and (NH, S, S_kv) look alike when B == NH; the layer must not guess.
+    per_example = torch.rand(2, 3, 4) > 0.5  # (B, S, S_kv) with B == NH == 2
+    with pytest.raises(ValueError, match="ambiguous") as info:
+        prepare_mask(per_example, 2, 3, 4, num_heads=2)
+    assert "(2, 3, 4)" in str(info.value) and "mask[:, None]" in str(info.value)
+    assert prepare_mask(per_example[:, None], 2, 3, 4, num_heads=2).shape == (2, 1, 3, 4)
+    assert prepare_mask(per_example[:1], 2, 3, 4, num_heads=2).shape == (1, 3, 4)  # one for all stays accepted
+    assert prepare_mask(per_example, 2, 3, 4).shape == (2, 3, 4)  # a single head has no such ambiguity
+    with pytest.raises(ValueError, match="ambiguous"):  # (NH, S, S_kv) is refused too: it needs mask[None]
+        prepare_mask(torch.ones(NH, S, S_KV, dtype=torch.bool), B, S, S_KV, num_heads=NH)
