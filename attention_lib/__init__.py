@@ -4,6 +4,7 @@ Every module but this one is generated from the notebooks by nbdev; edit the not
 """
 
 from .bidirectional import AttentionBase, BidirectionalAttention
+from .causal import CausalAttention, KVCache
 from .checks import check_input, prepare_mask
 from .cross import ContextKV, CrossAttention
 from .functional import attend, causal_mask, explicit_attention, fused_attention, padding_mask
@@ -16,6 +17,8 @@ __all__ = [
     "BidirectionalAttention",
     "ContextKV",
     "CrossAttention",
+    "CausalAttention",
+    "KVCache",
     "SingleHeadAttention",
     "attend",
     "causal_mask",
