@@ -24,9 +24,11 @@ lab: install
 	$(VENV)/bin/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=notebooks --ip=$(HOST) --port=$(PORT)
 
 # Re-execute every notebook in a fresh kernel, in place, then regenerate the package from them.
+# Streams are coalesced so that a re-run writes the same bytes however the kernel chunked its output.
 notebooks: install
 	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=300 --ExecutePreprocessor.record_timing=False \
+	    --Exporter.preprocessors='["nbconvert.preprocessors.CoalesceStreamsPreprocessor"]' \
 	    notebooks/[0-9]*.ipynb
 	$(MAKE) export
 
