@@ -9,6 +9,17 @@ from .checks import check_input, prepare_mask
 from .cross import ContextKV, CrossAttention
 from .functional import attend, causal_mask, explicit_attention, fused_attention, padding_mask
 from .single_head import SingleHeadAttention
+from .viz import (
+    AttentionExplorer,
+    AttentionView,
+    attention_view,
+    explore_attention,
+    plot_cross_attention,
+    plot_heads,
+    plot_mask,
+    plot_view,
+    plot_weights,
+)
 
 __version__ = "0.1.0"
 
@@ -27,4 +38,13 @@ __all__ = [
     "explicit_attention",
     "fused_attention",
     "prepare_mask",
+    "AttentionExplorer",
+    "AttentionView",
+    "attention_view",
+    "explore_attention",
+    "plot_cross_attention",
+    "plot_heads",
+    "plot_mask",
+    "plot_view",
+    "plot_weights",
 ]
