@@ -90,6 +90,11 @@ class CrossAttention(AttentionBase):
 
     def _check_context(self, context: Tensor) -> None:
         """The context must be (B, S_kv, C_kv) with C_kv = kv_hidden_size."""
+        if isinstance(context, tuple):
+            raise TypeError(
+                f"context must be a tensor (B, S_kv, {self.kv_hidden_size}) or the ContextKV that project_context "
+                f"returns, got a {type(context).__name__}"
+            )
         if isinstance(context, Tensor) and context.ndim == 3 and context.shape[-1] != self.kv_hidden_size:
             raise ValueError(
                 f"context must have shape (B, S_kv, kv_hidden_size) = (B, S_kv, {self.kv_hidden_size}), "

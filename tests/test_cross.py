@@ -505,6 +505,13 @@ def test_bad_cached_context(make_kv, error, pattern):
         layer(x, make_kv(kv))
 
 
+def test_plain_tuple_is_not_a_cached_context():
+    layer, x, context = bad_case_layer()
+    kv = layer.project_context(context)
+    with pytest.raises(TypeError, match=r"context must be a tensor \(B, S_kv, 12\) or the ContextKV .*got a tuple"):
+        layer(x, tuple(kv))
+
+
 def test_bad_mask_with_cached_context_uses_cached_length():
     layer, x, context = bad_case_layer()
     kv = layer.project_context(context)
