@@ -1,0 +1,71 @@
+"""BidirectionalAttention (default fused path) against nn.MultiheadAttention(need_weights=False), same weights.
+
+B=4, C=512, NH=8, float32, S in {512, 1024, 2048}.
+"forward": inference, both modules in eval() under torch.no_grad() (nn.MultiheadAttention then takes its native
+fast path). "forward+backward": a training step's work, both in train() (dropout 0), the input requiring grad,
+backward from a fixed upstream gradient, gradients reset to None before each call.
+"""
+
+from __future__ import annotations
+
+import torch
+from harness import Row
+from torch import nn
+
+from attention_lib import BidirectionalAttention
+
+B, C, NH = 4, 512, 8
+SEQ_LENS = (512, 1024, 2048)
+
+
+def _layers(S: int):
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(C, NH, batch_first=True)
+    ours = BidirectionalAttention.from_torch(mha)
+    x = torch.randn(B, S, C)  # (B, S, C)
+    return ours, mha, x
+
+
+def make_forward(S: int):
+    ours, mha, x = _layers(S)
+    ours.eval()
+    mha.eval()
+
+    def run_ours():
+        with torch.no_grad():
+            return ours(x)  # (B, S, C)
+
+    def run_theirs():
+        with torch.no_grad():
+            return mha(x, x, x, need_weights=False)[0]  # (B, S, C)
+
+    return run_ours, run_theirs
+
+
+def make_forward_backward(S: int):
+    ours, mha, x = _layers(S)
+    ours.train()
+    mha.train()
+    x.requires_grad_(True)
+    grad_out = torch.randn(B, S, C)  # (B, S, C): the upstream gradient
+
+    def reset(module):
+        x.grad = None
+        for p in module.parameters():
+            p.grad = None
+
+    def run_ours():
+        reset(ours)
+        ours(x).backward(grad_out)
+
+    def run_theirs():
+        reset(mha)
+        mha(x, x, x, need_weights=False)[0].backward(grad_out)
+
+    return run_ours, run_theirs
+
+
+def rows() -> list[Row]:
+    out = [Row(f"bidirectional forward S={S}", make_forward, {"S": S}) for S in SEQ_LENS]
+    out += [Row(f"bidirectional forward+backward S={S}", make_forward_backward, {"S": S}) for S in SEQ_LENS]
+    return out
