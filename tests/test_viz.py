@@ -320,3 +320,23 @@ def test_a_failing_layer_shows_its_error_instead_of_a_silent_callback():
     ex.embed = lambda words: torch.zeros(len(words), 5)  # wrong width: the layer raises
     ex.controls["seq_len"].value = 4
     assert "attn-error" in ex.status.value and "ValueError" in ex.status.value
+
+
+def test_start_values_are_checked_and_applied():
+    ex = AttentionExplorer(hidden_size=8, num_heads=2, kind="causal", seq_len=5, pad=2, pad_side="left", head=1)
+    view = ex.compute()
+    assert view.head == 1 and torch.equal(view.mask, expected_mask("causal", 5, 5, 2, "left"))
+    assert 'data-pad="2"' in ex.status.value and ex.renders == 1
+    with pytest.raises(ValueError, match="pad=5 is outside its range"):
+        AttentionExplorer(hidden_size=8, num_heads=2, seq_len=5, pad=5)
+    with pytest.raises(ValueError, match="head=2 is outside its range"):
+        AttentionExplorer(hidden_size=8, num_heads=2, head=2)
+    with pytest.raises(TypeError, match="unknown start value"):
+        AttentionExplorer(hidden_size=8, num_heads=2, padding=1)
+
+
+def test_close_closes_every_widget():
+    ex = AttentionExplorer(hidden_size=8, num_heads=2)
+    parts = [ex.widget, ex.image, ex.status, *ex.controls.values(), ex.controls["pad"].layout, ex.image.layout]
+    ex.close()
+    assert all(w.comm is None for w in parts)
