@@ -5,7 +5,8 @@ directory holding a small notebook that shows an `AttentionExplorer`. Playwright
 all cells, waits until the kernel is idle and the picture has settled (the PNG shown in the page is the one whose
 hash the status line announces), moves the padding slider with the keyboard, switches the kind to causal, and
 checks after each step that the picture changed and is exactly the PNG that the same explorer settings give in this
-process. Screenshots go to test-artifacts/. The server is stopped by its process id whatever happens.
+process. It then opens the same notebook in the Notebook 7 interface of the same server, runs it again and switches
+to cross attention. Screenshots go to test-artifacts/. The server is stopped by its process id whatever happens.
 
 Without /usr/bin/chromium the test is skipped, unless ATTENTION_REQUIRE_BROWSER=1 (CI), which makes it fail.
 """
@@ -247,6 +248,28 @@ def test_explorer_in_jupyterlab(tmp_path):
                 assert causal["text"].startswith("causal")
                 assert causal["shown"] == hashlib.sha256(_expected_png(pad=2, kind="causal")).hexdigest()
                 assert len({start["shown"], padded["shown"], causal["shown"]}) == 3
+
+                # Notebook 7 (served by the same server) renders the same explorer without any extra build.
+                page.goto(f"{base}/notebooks/explorer.ipynb?token={token}")
+                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=45_000)
+                _wait_until("the kernel to be idle", kernel_idle, timeout=30)
+                page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+                page.locator("li.lm-Menu-item[data-command='runmenu:run-all']").click()
+                fresh = _wait_until(
+                    "Notebook 7's fresh explorer", lambda: (s := settled()) and s["pad"] == "0" and s, timeout=45
+                )
+                assert fresh["shown"] == start["shown"]  # a new explorer, back at the start values
+                page.locator(".widget-dropdown", has=page.locator("label", has_text=re.compile(r"^kind$"))).locator(
+                    "select"
+                ).select_option("cross")
+                cross = _wait_until(
+                    "the cross picture in Notebook 7",
+                    lambda: (s := settled(fresh["shown"])) and s["kind"] == "cross" and s,
+                    timeout=30,
+                )
+                page.locator(".attn-explorer").screenshot(path=str(ARTIFACTS / "notebook7-cross.png"))
+                assert cross["seqLen"] == "6" and cross["kvLen"] == "7" and cross["mask"] == "/".join(["1" * 7] * 6)
+                assert cross["shown"] == hashlib.sha256(_expected_png(kind="cross")).hexdigest()
             finally:
                 browser.close()
     except BaseException:
