@@ -404,7 +404,7 @@ def test_bad_x(x, error, words):
         (torch.ones(2, 5, dtype=torch.int64), TypeError, ["mask", "torch.bool", "int64"]),
         (torch.ones(2, 6, dtype=torch.bool), ValueError, ["mask", "(B, S_kv) = (2, 5)", "(2, 6)"]),
         (torch.ones(3, 5, dtype=torch.bool), ValueError, ["mask", "(B, S_kv) = (2, 5)", "(3, 5)"]),
-        (torch.ones(2, 1, 5, 4, dtype=torch.bool), ValueError, ["mask", "(B, NH, S, S_kv) = (2, 2, 5, 5)", "5, 4)"]),
+        (torch.ones(2, 1, 5, 4, dtype=torch.bool), ValueError, ["mask", "(B, NH, S, S_kv)", "(2, 1, 5, 4)"]),
         (torch.ones(2, 3, 5, 5, dtype=torch.bool), ValueError, ["mask", "(2, 2, 5, 5)", "(2, 3, 5, 5)"]),
         (torch.ones(3, 1, 1, 5, dtype=torch.bool), ValueError, ["mask", "(2, 2, 5, 5)", "(3, 1, 1, 5)"]),
         (torch.ones(1, 2, 1, 1, 5, dtype=torch.bool), ValueError, ["mask", "(2, 2, 5, 5)", "(1, 2, 1, 1, 5)"]),
