@@ -388,6 +388,7 @@ def test_bad_head_count(C, NH):
         (torch.randn(2, 5, 8, 1), ValueError, ["x", "(B, S, 8)", "(2, 5, 8, 1)"]),
         (torch.randn(2, 5, 9), ValueError, ["x", "(B, S, 8)", "(2, 5, 9)"]),
         ([[0.0] * 8], TypeError, ["x", "Tensor", "list"]),
+        (torch.ones(2, 5, 8, dtype=torch.int64), TypeError, ["x", "floating", "int64", "(2, 5, 8)"]),
     ],
 )
 def test_bad_x(x, error, words):
