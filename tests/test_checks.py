@@ -106,10 +106,12 @@ def test_padding_mask_is_spread_over_queries_and_heads():
         ((1, S, S_KV), NH),
     ],
 )
-def test_prepare_mask_passes_broadcastable_masks_unchanged(shape, num_heads):
+def test_prepare_mask_keeps_broadcastable_masks_and_gives_them_the_scores_rank(shape, num_heads):
     mask = bool_mask(*shape)
     out = prepare_mask(mask, B, S, S_KV, num_heads=num_heads)
-    assert out is mask
+    rank = 3 if num_heads is None else 4
+    assert out.ndim == rank and tuple(out.shape[-mask.ndim :]) == shape  # only leading sizes of 1 added
+    assert out.data_ptr() == mask.data_ptr() and torch.equal(out.reshape(shape), mask)  # a view of the same mask
 
 
 def test_prepared_padding_mask_gives_the_attention_of_the_full_mask():
@@ -174,7 +176,18 @@ def test_three_dimensional_mask_is_ambiguous_for_several_heads():
         prepare_mask(per_example, 2, 3, 4, num_heads=2)
     assert "(2, 3, 4)" in str(info.value) and "mask[:, None]" in str(info.value)
     assert prepare_mask(per_example[:, None], 2, 3, 4, num_heads=2).shape == (2, 1, 3, 4)
-    assert prepare_mask(per_example[:1], 2, 3, 4, num_heads=2).shape == (1, 3, 4)  # one for all stays accepted
+    assert prepare_mask(per_example[:1], 2, 3, 4, num_heads=2).shape == (1, 1, 3, 4)  # one for all stays accepted
     assert prepare_mask(per_example, 2, 3, 4).shape == (2, 3, 4)  # a single head has no such ambiguity
     with pytest.raises(ValueError, match="ambiguous"):  # (NH, S, S_kv) is refused too: it needs mask[None]
         prepare_mask(torch.ones(NH, S, S_KV, dtype=torch.bool), B, S, S_KV, num_heads=NH)
+
+
+def test_one_dimensional_mask_works_in_sdpa():
+    # An (S_kv,) mask broadcasts by the rules, and must reach SDPA with the scores' rank or SDPA rejects it.
+    keys = torch.tensor([True, True, False, True, False])  # (S_kv,)
+    q, k, v = (torch.randn(B, NH, S, 8) for _ in range(3))
+    prepared = prepare_mask(keys, B, S, S_KV, num_heads=NH)  # (1, 1, 1, S_kv)
+    assert prepared.shape == (1, 1, 1, S_KV)
+    fused, _ = attend(q, k, v, prepared)
+    explicit, _ = attend(q, k, v, prepared, explicit=True)
+    assert torch.allclose(fused, explicit, atol=1e-5)
