@@ -1,0 +1,115 @@
+"""CausalAttention (default fused path) against nn.MultiheadAttention with a causal mask, and the KV cache.
+
+Layers: same weights (`CausalAttention.from_torch`), B=4, C=512, NH=8, float32, S in {512, 1024, 2048}.
+nn.MultiheadAttention gets the causal mask as PyTorch documents it: `attn_mask` (bool, True = do not attend, built
+once per row, not per call) plus the hint `is_causal=True`, `need_weights=False`.
+"forward": inference, both modules in eval() under torch.no_grad() (nn.MultiheadAttention then takes its native
+fast path, which applies `attn_mask`; ours passes `is_causal=True` to SDPA). "forward+backward": a training step's
+work, both in train() (dropout 0), the input requiring grad, backward from a fixed upstream gradient, gradients
+reset to None before each call (both sides then run SDPA with `is_causal=True`).
+
+Decoding: one sequence (B=1), C=512, NH=8, a prompt of 1 token and 512 decoded tokens, under torch.no_grad().
+"ours" is `CausalAttention.decode` with a `KVCache` (the prompt, then one token per call); "theirs" is the same
+layer without a cache, the full causal `forward` on all tokens so far at every step, keeping the last output. The
+inputs are fixed random vectors (the work of generation without the sampling). The row fails unless the cache is
+at least 5x faster (time ratio <= 0.2).
+"""
+
+from __future__ import annotations
+
+import torch
+from harness import Row
+from torch import nn
+
+from attention_lib import CausalAttention, causal_mask
+
+B, C, NH = 4, 512, 8
+SEQ_LENS = (512, 1024, 2048)
+DECODE_TOKENS = 512
+
+
+def _layers(S: int):
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(C, NH, batch_first=True)
+    ours = CausalAttention.from_torch(mha, context_size=S)
+    x = torch.randn(B, S, C)  # (B, S, C)
+    future = ~causal_mask(S)  # (S, S): True = do not attend, nn.MultiheadAttention's convention
+    return ours, mha, x, future
+
+
+def make_forward(S: int):
+    ours, mha, x, future = _layers(S)
+    ours.eval()
+    mha.eval()
+
+    def run_ours():
+        with torch.no_grad():
+            return ours(x)  # (B, S, C)
+
+    def run_theirs():
+        with torch.no_grad():
+            return mha(x, x, x, attn_mask=future, is_causal=True, need_weights=False)[0]  # (B, S, C)
+
+    return run_ours, run_theirs
+
+
+def make_forward_backward(S: int):
+    ours, mha, x, future = _layers(S)
+    ours.train()
+    mha.train()
+    x.requires_grad_(True)
+    grad_out = torch.randn(B, S, C)  # (B, S, C): the upstream gradient
+
+    def reset(module):
+        x.grad = None
+        for p in module.parameters():
+            p.grad = None
+
+    def run_ours():
+        reset(ours)
+        ours(x).backward(grad_out)
+
+    def run_theirs():
+        reset(mha)
+        mha(x, x, x, attn_mask=future, is_causal=True, need_weights=False)[0].backward(grad_out)
+
+    return run_ours, run_theirs
+
+
+def make_decode(tokens: int):
+    torch.manual_seed(0)
+    layer = CausalAttention(C, NH, context_size=tokens + 1).eval()
+    xs = torch.randn(1, tokens + 1, C)  # (1, 1 + tokens, C): the prompt, then one input per decoded token
+
+    def run_ours():
+        with torch.no_grad():
+            cache = layer.new_cache(1)
+            out = layer.decode(xs[:, :1], cache)  # (1, 1, C): the prompt
+            for t in range(1, tokens + 1):
+                out = layer.decode(xs[:, t : t + 1], cache)  # (1, 1, C)
+            return out
+
+    def run_theirs():
+        with torch.no_grad():
+            for t in range(1, tokens + 2):
+                out = layer(xs[:, :t])[:, -1:]  # (1, 1, C): the whole sequence again, keep the last position
+            return out
+
+    return run_ours, run_theirs
+
+
+def rows() -> list[Row]:
+    out = [Row(f"causal forward S={S}", make_forward, {"S": S}) for S in SEQ_LENS]
+    out += [Row(f"causal forward+backward S={S}", make_forward_backward, {"S": S}) for S in SEQ_LENS]
+    out.append(
+        Row(
+            f"causal decode {DECODE_TOKENS} tokens, KV cache vs none",
+            make_decode,
+            {"tokens": DECODE_TOKENS},
+            max_time_ratio=0.2,  # the cache must be at least 5x faster
+            warmup=0,  # one call is 513 steps (the uncached side takes seconds): its first steps warm up
+            min_repeats=3,
+            max_repeats=3,
+        )
+    )
+    return out
