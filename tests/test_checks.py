@@ -185,7 +185,8 @@ def test_three_dimensional_mask_is_ambiguous_for_several_heads():
 def test_one_dimensional_mask_works_in_sdpa():
     # An (S_kv,) mask broadcasts by the rules, and must reach SDPA with the scores' rank or SDPA rejects it.
     keys = torch.tensor([True, True, False, True, False])  # (S_kv,)
-    q, k, v = (torch.randn(B, NH, S, 8) for _ in range(3))
+    q = torch.randn(B, NH, S, 8)  # (B, NH, S, HS)
+    k, v = torch.randn(B, NH, S_KV, 8), torch.randn(B, NH, S_KV, 8)  # (B, NH, S_kv, HS)
     prepared = prepare_mask(keys, B, S, S_KV, num_heads=NH)  # (1, 1, 1, S_kv)
     assert prepared.shape == (1, 1, 1, S_KV)
     fused, _ = attend(q, k, v, prepared)
