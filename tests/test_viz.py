@@ -340,3 +340,9 @@ def test_close_closes_every_widget():
     parts = [ex.widget, ex.image, ex.status, *ex.controls.values(), ex.controls["pad"].layout, ex.image.layout]
     ex.close()
     assert all(w.comm is None for w in parts)
+
+
+def test_the_default_cross_layer_takes_the_sizes_of_the_layer_passed_in():
+    ex = AttentionExplorer(BidirectionalAttention(12, 3), kind="cross", tokens="a b", context_tokens="c d e")
+    assert (ex.layers["cross"].hidden_size, ex.layers["cross"].num_heads) == (12, 3)
+    assert ex.compute().weights.shape == (3, 2, 3) and ex.controls["head"].max == 2
