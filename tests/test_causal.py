@@ -133,6 +133,18 @@ def test_matches_multihead_attention(B, S, C, NH, padding, bias):
             assert torch.allclose(out[real], ref[real], atol=1e-5)
 
 
+def test_from_torch_builds_a_causal_layer_with_the_same_weights():
+    torch.manual_seed(3)
+    mha = nn.MultiheadAttention(16, 4, batch_first=True).eval()
+    layer = CausalAttention.from_torch(mha, context_size=8)
+    assert isinstance(layer, CausalAttention) and layer.context_size == 8 and not layer.training
+    assert torch.equal(layer.causal_mask, lower_triangle(8))
+    x = torch.randn(2, 6, 16)
+    with torch.no_grad():
+        ref, _ = mha(x, x, x, attn_mask=~lower_triangle(6), need_weights=False)
+        assert torch.allclose(layer(x), ref, atol=1e-5)
+
+
 def gpt2_attention(C: int, NH: int, S: int, impl: str):
     transformers = pytest.importorskip("transformers")
     cfg = transformers.GPT2Config(
