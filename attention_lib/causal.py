@@ -24,7 +24,8 @@ class KVCache:
     tokens seen, not to their square. Make one with `CausalAttention.new_cache(batch_size)`; `reset()` empties it
     for a new batch of the same size.
 
-    Decoding is inference: run it under `torch.no_grad()` or `torch.inference_mode()`. `append` raises
+    Decoding is inference: run it under `torch.no_grad()` or `torch.inference_mode()` (a cache made inside
+    `torch.inference_mode()` holds inference tensors and can only be written inside it). `append` raises
     `RuntimeError` when asked to store tensors that need gradients (the cache does not carry them), `ValueError`
     when the batch or head shapes differ from the cache's or the tokens do not fit in `max_length`, and
     `TypeError` for another dtype.

@@ -407,6 +407,19 @@ def test_new_cache_matches_the_layer_dtype():
     assert out.dtype == torch.float64
 
 
+def test_decoding_under_inference_mode():
+    torch.manual_seed(0)
+    layer = CausalAttention(8, 2, context_size=6).eval()
+    x = torch.randn(2, 5, 8)
+    with torch.no_grad():
+        full = layer(x)
+    with torch.inference_mode():
+        cache = layer.new_cache(2)
+        parts = [layer.decode(x[:, :2], cache), layer.decode(x[:, 2:3], cache), layer.decode(x[:, 3:], cache)]
+        out = torch.cat(parts, dim=1)
+    assert torch.allclose(out, full, atol=1e-5) and len(cache) == 5
+
+
 def test_cache_misuse_raises_clear_errors_and_leaves_the_cache_alone():
     layer = CausalAttention(8, 2, context_size=6).eval()
     cache = layer.new_cache(2)
