@@ -136,8 +136,6 @@ class CrossAttention(AttentionBase):
         B, S, _ = x.shape
         S_kv = kv.k.shape[2]
         mask = prepare_mask(mask, B, S, S_kv, self.num_heads)  # None or broadcasting to (B, NH, S, S_kv)
-        if mask is not None and mask.ndim < 4:  # e.g. an (S_kv,) mask: SDPA wants the scores' rank
-            mask = mask.reshape((1,) * (4 - mask.ndim) + tuple(mask.shape))  # (..., S, S_kv) -> 4-D
         q = self._split_heads(self.Wq(x))  # (B, NH, S, HS)
         return self._attend(q, kv.k, kv.v, mask, return_weights)  # (B, S, C) [, (B, NH, S, S_kv)]
 
