@@ -53,5 +53,10 @@ def test_every_package_is_pinned_and_torch_is_the_cpu_release():
 
 
 def test_public_api_is_importable_from_the_package():
-    for name in ["SingleHeadAttention", "padding_mask", "causal_mask", "attend", "prepare_mask"]:
+    public = [
+        "SingleHeadAttention", "BidirectionalAttention", "CausalAttention", "CrossAttention", "KVCache",
+        "padding_mask", "causal_mask", "attend", "prepare_mask", "plot_mask", "plot_weights", "plot_heads",
+        "plot_cross_attention", "explore_attention", "AttentionExplorer",
+    ]
+    for name in public:
         assert name in attention_lib.__all__ and hasattr(attention_lib, name), name
