@@ -57,20 +57,29 @@ class AttentionBase(nn.Module):
         return (out, weights) if return_weights else out
 
 # %% ../notebooks/03_bidirectional.ipynb #f5120451
-def _check_torch_mha(mha: nn.Module) -> None:
-    """Refuse an `nn.MultiheadAttention` whose computation `BidirectionalAttention` cannot reproduce."""
+def _check_torch_mha(mha: nn.Module, self_attention: bool = True) -> None:
+    """Refuse an `nn.MultiheadAttention` whose computation our layers cannot reproduce.
+
+    `self_attention=True` (BidirectionalAttention, CausalAttention): keys and values come from x, so the module
+    must have no `kdim`/`vdim` of its own. `self_attention=False` (CrossAttention): they come from one context,
+    so `kdim == vdim`. Raises `TypeError` for another kind of module, `ValueError` otherwise.
+    """
     if not isinstance(mha, nn.MultiheadAttention):
         raise TypeError(f"mha must be a torch.nn.MultiheadAttention, got {type(mha).__name__}")
     if not mha.batch_first:
         raise ValueError(
-            "mha must have batch_first=True: BidirectionalAttention takes x as (B, S, C), while this module "
+            "mha must have batch_first=True: our layers take x as (B, S, C), while this module "
             "takes (S, B, C), and feeding one layout to the other mixes up batch and sequence silently; "
             "build it with nn.MultiheadAttention(..., batch_first=True)"
         )
-    if not mha._qkv_same_embed_dim:
+    if self_attention and not mha._qkv_same_embed_dim:
         raise ValueError(
             f"mha must have kdim == vdim == embed_dim (self-attention), got embed_dim={mha.embed_dim}, "
             f"kdim={mha.kdim}, vdim={mha.vdim}; keys and values of another width are cross-attention"
+        )
+    if not self_attention and mha.kdim != mha.vdim:
+        raise ValueError(
+            f"mha must have kdim == vdim (keys and values from one context), got kdim={mha.kdim}, vdim={mha.vdim}"
         )
     if mha.bias_k is not None or mha.bias_v is not None:
         raise ValueError("mha must have add_bias_kv=False: its learned extra key/value has no counterpart here")

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .bidirectional import AttentionBase
+from .bidirectional import AttentionBase, _check_torch_mha
 from .checks import check_input, check_same_batch, prepare_mask
 
 # %% auto #0
@@ -26,25 +26,6 @@ class ContextKV(NamedTuple):
     v: Tensor  # (B, NH, S_kv, HS)
 
 # %% ../notebooks/05_cross.ipynb #32faa436
-def _check_torch_cross_mha(mha: nn.Module) -> None:
-    """Refuse an `nn.MultiheadAttention` whose computation `CrossAttention` cannot reproduce."""
-    if not isinstance(mha, nn.MultiheadAttention):
-        raise TypeError(f"mha must be a torch.nn.MultiheadAttention, got {type(mha).__name__}")
-    if not mha.batch_first:
-        raise ValueError(
-            "mha must have batch_first=True: CrossAttention takes x as (B, S, C) and context as (B, S_kv, C_kv), "
-            "while this module takes (S, B, C); build it with nn.MultiheadAttention(..., batch_first=True)"
-        )
-    if mha.kdim != mha.vdim:
-        raise ValueError(
-            f"mha must have kdim == vdim (keys and values from one context), got kdim={mha.kdim}, vdim={mha.vdim}"
-        )
-    if mha.bias_k is not None or mha.bias_v is not None:
-        raise ValueError("mha must have add_bias_kv=False: its learned extra key/value has no counterpart here")
-    if mha.add_zero_attn:
-        raise ValueError("mha must have add_zero_attn=False: its extra zero key/value has no counterpart here")
-
-# %% ../notebooks/05_cross.ipynb #be712e0d
 class CrossAttention(AttentionBase):
     """Multi-head cross attention (交叉注意力): queries from `x`, keys and values from `context`.
 
@@ -150,7 +131,7 @@ class CrossAttention(AttentionBase):
         (`ValueError`, or `TypeError` for another kind of module). Only weights are copied, not the dropout rate.
         Its `key_padding_mask` is True on the context positions to *ignore*; our `mask` is True on those to *keep*.
         """
-        _check_torch_cross_mha(mha)
+        _check_torch_mha(mha, self_attention=False)
         got = (mha.embed_dim, mha.num_heads, mha.kdim)
         if got != (self.hidden_size, self.num_heads, self.kv_hidden_size):
             raise ValueError(
@@ -183,7 +164,7 @@ class CrossAttention(AttentionBase):
         given), weights, device, dtype and train/eval mode; other keyword arguments go to the constructor
         (e.g. `out_drop`). Raises like `load_from_torch` for a module it cannot reproduce.
         """
-        _check_torch_cross_mha(mha)
+        _check_torch_mha(mha, self_attention=False)
         kwargs.setdefault("attn_drop", mha.dropout)
         layer = cls(mha.embed_dim, mha.num_heads, kv_hidden_size=mha.kdim, bias=mha.in_proj_bias is not None, **kwargs)
         layer.to(device=mha.out_proj.weight.device, dtype=mha.out_proj.weight.dtype)
