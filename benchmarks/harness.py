@@ -58,6 +58,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 MEMORY_SLACK = 1 << 20  # bytes
 
 
@@ -107,6 +109,38 @@ class Result:
     @property
     def ok(self) -> bool:
         return self.time_ok and self.memory_ok
+
+
+def training_steps(
+    ours: torch.nn.Module,
+    theirs: torch.nn.Module,
+    forward_ours: Callable[[], torch.Tensor],
+    forward_theirs: Callable[[], torch.Tensor],
+    inputs: tuple[torch.Tensor, ...],
+    grad_out: torch.Tensor,
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """The (ours, theirs) pair of a forward+backward row: each call is one training step's work.
+
+    Both modules go to train() and the inputs require grad; each call clears the gradients of its module and of
+    the inputs (so no call pays for accumulating into the previous one's), runs its forward and backpropagates the
+    same upstream gradient `grad_out` (the shape of the output).
+    """
+    ours.train()
+    theirs.train()
+    for t in inputs:
+        t.requires_grad_(True)
+
+    def step(module: torch.nn.Module, forward: Callable[[], torch.Tensor]) -> Callable[[], None]:
+        def call() -> None:
+            for t in inputs:
+                t.grad = None
+            for p in module.parameters():
+                p.grad = None
+            forward().backward(grad_out)
+
+        return call
+
+    return step(ours, forward_ours), step(theirs, forward_theirs)
 
 
 def load_module(path: str | Path):

@@ -9,7 +9,7 @@ backward from a fixed upstream gradient, gradients reset to None before each cal
 from __future__ import annotations
 
 import torch
-from harness import Row
+from harness import Row, training_steps
 from torch import nn
 
 from attention_lib import BidirectionalAttention
@@ -44,25 +44,10 @@ def make_forward(S: int):
 
 def make_forward_backward(S: int):
     ours, mha, x = _layers(S)
-    ours.train()
-    mha.train()
-    x.requires_grad_(True)
     grad_out = torch.randn(B, S, C)  # (B, S, C): the upstream gradient
-
-    def reset(module):
-        x.grad = None
-        for p in module.parameters():
-            p.grad = None
-
-    def run_ours():
-        reset(ours)
-        ours(x).backward(grad_out)
-
-    def run_theirs():
-        reset(mha)
-        mha(x, x, x, need_weights=False)[0].backward(grad_out)
-
-    return run_ours, run_theirs
+    return training_steps(
+        ours, mha, lambda: ours(x), lambda: mha(x, x, x, need_weights=False)[0], (x,), grad_out
+    )
 
 
 def rows() -> list[Row]:

@@ -18,7 +18,7 @@ at least 5x faster (time ratio <= 0.2).
 from __future__ import annotations
 
 import torch
-from harness import Row
+from harness import Row, training_steps
 from torch import nn
 
 from attention_lib import CausalAttention, causal_mask
@@ -55,25 +55,15 @@ def make_forward(S: int):
 
 def make_forward_backward(S: int):
     ours, mha, x, future = _layers(S)
-    ours.train()
-    mha.train()
-    x.requires_grad_(True)
     grad_out = torch.randn(B, S, C)  # (B, S, C): the upstream gradient
-
-    def reset(module):
-        x.grad = None
-        for p in module.parameters():
-            p.grad = None
-
-    def run_ours():
-        reset(ours)
-        ours(x).backward(grad_out)
-
-    def run_theirs():
-        reset(mha)
-        mha(x, x, x, attn_mask=future, is_causal=True, need_weights=False)[0].backward(grad_out)
-
-    return run_ours, run_theirs
+    return training_steps(
+        ours,
+        mha,
+        lambda: ours(x),
+        lambda: mha(x, x, x, attn_mask=future, is_causal=True, need_weights=False)[0],
+        (x,),
+        grad_out,
+    )
 
 
 def make_decode(tokens: int):

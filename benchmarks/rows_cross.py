@@ -12,7 +12,7 @@ each call.
 from __future__ import annotations
 
 import torch
-from harness import Row
+from harness import Row, training_steps
 from torch import nn
 
 from attention_lib import CrossAttention
@@ -48,27 +48,15 @@ def make_forward(S_kv: int, C_kv: int):
 
 def make_forward_backward(S_kv: int, C_kv: int):
     ours, mha, x, context = _layers(S_kv, C_kv)
-    ours.train()
-    mha.train()
-    x.requires_grad_(True)
-    context.requires_grad_(True)
     grad_out = torch.randn(B, S, C)  # (B, S, C): the upstream gradient
-
-    def reset(module):
-        x.grad = None
-        context.grad = None
-        for p in module.parameters():
-            p.grad = None
-
-    def run_ours():
-        reset(ours)
-        ours(x, context).backward(grad_out)
-
-    def run_theirs():
-        reset(mha)
-        mha(x, context, context, need_weights=False)[0].backward(grad_out)
-
-    return run_ours, run_theirs
+    return training_steps(
+        ours,
+        mha,
+        lambda: ours(x, context),
+        lambda: mha(x, context, context, need_weights=False)[0],
+        (x, context),
+        grad_out,
+    )
 
 
 def rows() -> list[Row]:
