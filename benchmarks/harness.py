@@ -111,6 +111,29 @@ class Result:
         return self.time_ok and self.memory_ok
 
 
+def inference_calls(
+    ours: torch.nn.Module,
+    theirs: torch.nn.Module,
+    forward_ours: Callable[[], torch.Tensor],
+    forward_theirs: Callable[[], torch.Tensor],
+) -> tuple[Callable[[], torch.Tensor], Callable[[], torch.Tensor]]:
+    """The (ours, theirs) pair of a forward row: both modules in eval(), each call one forward under no_grad.
+
+    (In that setting nn.MultiheadAttention may take its own fused inference path, which is the fair comparison.)
+    """
+    ours.eval()
+    theirs.eval()
+
+    def no_grad(forward: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+        def call() -> torch.Tensor:
+            with torch.no_grad():
+                return forward()
+
+        return call
+
+    return no_grad(forward_ours), no_grad(forward_theirs)
+
+
 def training_steps(
     ours: torch.nn.Module,
     theirs: torch.nn.Module,

@@ -9,7 +9,7 @@ backward from a fixed upstream gradient, gradients reset to None before each cal
 from __future__ import annotations
 
 import torch
-from harness import Row, training_steps
+from harness import Row, inference_calls, training_steps
 from torch import nn
 
 from attention_lib import BidirectionalAttention
@@ -28,18 +28,7 @@ def _layers(S: int):
 
 def make_forward(S: int):
     ours, mha, x = _layers(S)
-    ours.eval()
-    mha.eval()
-
-    def run_ours():
-        with torch.no_grad():
-            return ours(x)  # (B, S, C)
-
-    def run_theirs():
-        with torch.no_grad():
-            return mha(x, x, x, need_weights=False)[0]  # (B, S, C)
-
-    return run_ours, run_theirs
+    return inference_calls(ours, mha, lambda: ours(x), lambda: mha(x, x, x, need_weights=False)[0])  # (B, S, C)
 
 
 def make_forward_backward(S: int):

@@ -18,7 +18,7 @@ at least 5x faster (time ratio <= 0.2).
 from __future__ import annotations
 
 import torch
-from harness import Row, training_steps
+from harness import Row, inference_calls, training_steps
 from torch import nn
 
 from attention_lib import CausalAttention, causal_mask
@@ -39,18 +39,9 @@ def _layers(S: int):
 
 def make_forward(S: int):
     ours, mha, x, future = _layers(S)
-    ours.eval()
-    mha.eval()
-
-    def run_ours():
-        with torch.no_grad():
-            return ours(x)  # (B, S, C)
-
-    def run_theirs():
-        with torch.no_grad():
-            return mha(x, x, x, attn_mask=future, is_causal=True, need_weights=False)[0]  # (B, S, C)
-
-    return run_ours, run_theirs
+    return inference_calls(
+        ours, mha, lambda: ours(x), lambda: mha(x, x, x, attn_mask=future, is_causal=True, need_weights=False)[0]
+    )  # each (B, S, C)
 
 
 def make_forward_backward(S: int):

@@ -12,7 +12,7 @@ each call.
 from __future__ import annotations
 
 import torch
-from harness import Row, training_steps
+from harness import Row, inference_calls, training_steps
 from torch import nn
 
 from attention_lib import CrossAttention
@@ -32,18 +32,9 @@ def _layers(S_kv: int, C_kv: int):
 
 def make_forward(S_kv: int, C_kv: int):
     ours, mha, x, context = _layers(S_kv, C_kv)
-    ours.eval()
-    mha.eval()
-
-    def run_ours():
-        with torch.no_grad():
-            return ours(x, context)  # (B, S, C)
-
-    def run_theirs():
-        with torch.no_grad():
-            return mha(x, context, context, need_weights=False)[0]  # (B, S, C)
-
-    return run_ours, run_theirs
+    return inference_calls(
+        ours, mha, lambda: ours(x, context), lambda: mha(x, context, context, need_weights=False)[0]
+    )  # each (B, S, C)
 
 
 def make_forward_backward(S_kv: int, C_kv: int):
