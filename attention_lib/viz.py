@@ -369,8 +369,8 @@ def attention_view(
         if kind == "cross":
             _, weights = layer(x, context, mask=key_mask, return_weights=True)  # (1, NH, S, S_kv)
         elif kind == "causal" and not _is_causal_layer(layer):
-            full = shown[None] if getattr(layer, "num_heads", None) is None else shown[None, None]  # (1, [1,] S, S)
-            _, weights = layer(x, mask=full, return_weights=True)  # (1, [NH,] S, S)
+            # (1, S, S) broadcasts over the batch, and over the heads of a multi-head layer
+            _, weights = layer(x, mask=shown[None], return_weights=True)  # (1, [NH,] S, S)
         else:
             _, weights = layer(x, mask=key_mask, return_weights=True)  # (1, [NH,] S, S)
     weights = weights[0].detach().cpu()  # (NH, S, S_kv), or (S, S_kv) for one head
