@@ -5,9 +5,17 @@ Every module but this one is generated from the notebooks by nbdev; edit the not
 
 from .bidirectional import AttentionBase, BidirectionalAttention
 from .causal import CausalAttention, KVCache
-from .checks import check_input, prepare_mask
+from .checks import check_input, check_probability, check_size, prepare_mask
 from .cross import ContextKV, CrossAttention
-from .functional import attend, causal_mask, explicit_attention, fused_attention, padding_mask
+from .functional import (
+    attend,
+    attention_impls,
+    causal_mask,
+    explicit_attention,
+    padding_mask,
+    register_attention_impl,
+    sdpa_attention,
+)
 from .single_head import SingleHeadAttention
 from .viz import (
     AttentionExplorer,
@@ -32,11 +40,15 @@ __all__ = [
     "KVCache",
     "SingleHeadAttention",
     "attend",
+    "attention_impls",
+    "register_attention_impl",
     "causal_mask",
     "padding_mask",
     "check_input",
+    "check_probability",
+    "check_size",
     "explicit_attention",
-    "fused_attention",
+    "sdpa_attention",
     "prepare_mask",
     "AttentionExplorer",
     "AttentionView",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .checks import check_input, prepare_mask
+from .checks import check_input, check_probability, check_size, prepare_mask
 from .functional import attend
 
 # %% auto #0
@@ -17,23 +17,24 @@ class AttentionBase(nn.Module):
     """What every multi-head layer shares: head bookkeeping, dropout, the output projection `Wo`.
 
     Subclasses make q, k, v of shape (B, NH, S|S_kv, HS) and call `_attend`.
-    `fused = True` (default) runs `F.scaled_dot_product_attention`; `fused = False` or `return_weights=True`
-    runs the explicit path.
+    `attn_impl` names the path of `attend`: "sdpa" (default) runs `F.scaled_dot_product_attention`,
+    "explicit" the written-out maths; `return_weights=True` always runs the explicit path.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, attn_drop: float = 0.0, out_drop: float = 0.0, bias: bool = True):
         super().__init__()
-        if num_heads < 1 or hidden_size % num_heads != 0:
+        hidden_size, num_heads = check_size("hidden_size", hidden_size), check_size("num_heads", num_heads)
+        if hidden_size % num_heads != 0:
             raise ValueError(
                 f"hidden_size must be divisible by num_heads, got hidden_size={hidden_size}, num_heads={num_heads}"
             )
         self.hidden_size = hidden_size  # C
         self.num_heads = num_heads  # NH
         self.head_size = hidden_size // num_heads  # HS
-        self.attn_drop = attn_drop  # dropout probability on the attention weights, training mode only
+        self.attn_drop = check_probability("attn_drop", attn_drop)  # on the attention weights, training mode only
         self.Wo = nn.Linear(hidden_size, hidden_size, bias=bias)
-        self.out_drop = nn.Dropout(out_drop)
-        self.fused = True
+        self.out_drop = nn.Dropout(check_probability("out_drop", out_drop))
+        self.attn_impl = "sdpa"
 
     def _split_heads(self, t: Tensor) -> Tensor:
         """(B, S, C) -> (B, NH, S, HS)."""
@@ -50,8 +51,9 @@ class AttentionBase(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         """q: (B, NH, S, HS), k, v: (B, NH, S_kv, HS) -> out (B, S, C) [, weights (B, NH, S, S_kv)]."""
         p = self.attn_drop if self.training else 0.0
+        impl = "explicit" if return_weights else self.attn_impl
         context, weights = attend(
-            q, k, v, mask, dropout_p=p, explicit=return_weights or not self.fused, is_causal=is_causal
+            q, k, v, mask, dropout_p=p, is_causal=is_causal, attn_impl=impl
         )  # (B, NH, S, HS), (B, NH, S, S_kv) or None
         out = self.out_drop(self.Wo(self._merge_heads(context)))  # (B, S, C)
         return (out, weights) if return_weights else out
@@ -112,9 +114,9 @@ class BidirectionalAttention(AttentionBase):
     def forward(
         self, x: Tensor, mask: Tensor | None = None, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        check_input(x, self.hidden_size)
+        check_input(x, self.hidden_size, like=self.Wo.weight)
         B, S, _ = x.shape
-        mask = prepare_mask(mask, B, S, S, self.num_heads)  # None or broadcasting to (B, NH, S, S)
+        mask = prepare_mask(mask, B, S, S, self.num_heads, device=x.device)  # None or broadcasting to (B, NH, S, S)
         q, k, v = self._qkv(x)  # each (B, NH, S, HS)
         return self._attend(q, k, v, mask, return_weights)
 

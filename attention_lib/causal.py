@@ -7,8 +7,8 @@ import torch
 from torch import Tensor
 
 from .bidirectional import BidirectionalAttention
-from .checks import check_input, prepare_mask
-from .functional import causal_mask
+from .checks import check_input, check_like, check_size, prepare_mask
+from .functional import attention_impls
 
 # %% auto #0
 __all__ = ['KVCache', 'CausalAttention']
@@ -40,15 +40,11 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
     ):
-        sizes = {"batch_size": batch_size, "num_heads": num_heads, "head_size": head_size, "max_length": max_length}
-        for name, value in sizes.items():
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        self.batch_size = batch_size  # B
-        self.num_heads = num_heads  # NH
-        self.head_size = head_size  # HS
-        self.max_length = max_length  # the most tokens it can hold
-        shape = (batch_size, num_heads, max_length, head_size)
+        self.batch_size = check_size("batch_size", batch_size)  # B
+        self.num_heads = check_size("num_heads", num_heads)  # NH
+        self.head_size = check_size("head_size", head_size)  # HS
+        self.max_length = check_size("max_length", max_length)  # the most tokens it can hold
+        shape = (self.batch_size, self.num_heads, self.max_length, self.head_size)
         self._keys = torch.zeros(shape, dtype=dtype, device=device)  # (B, NH, max_length, HS)
         self._values = torch.zeros(shape, dtype=dtype, device=device)  # (B, NH, max_length, HS)
         self._length = 0  # S_cached
@@ -92,8 +88,8 @@ class KVCache:
         Returns every cached key and value, each (B, NH, S_cached + S_new, HS), views of the storage.
         """
         for name, t in (("k", k), ("v", v)):
-            expected = f"(B, NH, S_new, HS) = ({self.batch_size}, {self.num_heads}, S_new, {self.head_size})"
             if t.ndim != 4 or t.shape[1] != self.num_heads or t.shape[3] != self.head_size or t.shape != k.shape:
+                expected = f"(B, NH, S_new, HS) = ({self.batch_size}, {self.num_heads}, S_new, {self.head_size})"
                 raise ValueError(f"{name} must have shape {expected}, the same for k and v, got {tuple(t.shape)}")
             if t.dtype != self._keys.dtype:
                 raise TypeError(f"{name} must have the cache's dtype {self._keys.dtype}, got {t.dtype}")
@@ -113,14 +109,20 @@ class KVCache:
         """Forget every cached token; the storage is kept and overwritten by the next appends."""
         self._length = 0
 
+    def crop(self, length: int) -> None:
+        """Keep only the first `length` cached tokens (0 <= length <= len(self)), e.g. to undo a step."""
+        if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self._length:
+            raise ValueError(f"length must be an int in [0, S_cached={self._length}], got {length!r}")
+        self._length = length
+
 # %% ../notebooks/04_causal.ipynb #208ef52b
 class CausalAttention(BidirectionalAttention):
     """Multi-head causal self-attention (因果注意力): token i attends to tokens 0..i only.
 
     Same weights as `BidirectionalAttention`: Wqkv (C -> 3C, laid out [q | k | v], each split into NH heads of
-    HS) and Wo (C -> C). `context_size` is the longest sequence the layer accepts; the causal mask is built once
-    as the non-persistent (context_size, context_size) buffer `causal_mask`, sliced to the sequence and never
-    modified in place.
+    HS) and Wo (C -> C). `context_size` is the longest sequence the layer accepts. No mask is stored: the causal
+    rule is `is_causal=True` (SDPA's own when there is no padding mask; otherwise the triangle of the sequence at
+    hand, ANDed out of place with the padding), so the layer's memory does not grow with `context_size`.
 
     forward(x, mask=None, return_weights=False):
         x: (B, S, C) with S <= context_size (else `ValueError`).
@@ -128,7 +130,6 @@ class CausalAttention(BidirectionalAttention):
         It is combined with the causal mask by logical AND. A query with no visible key (a left-padded position)
         gets zero weights and a zero context (its output is Wo's bias), never NaN.
         Returns (B, S, C), or (out, weights (B, NH, S, S)) with `return_weights=True` (explicit path).
-        With no mask, the default fused path lets SDPA apply causality itself (`is_causal=True`).
 
     Generation with a KV cache (see `KVCache`): `cache = layer.new_cache(B)`, then `layer.decode(x_new, cache,
     mask)` for a prompt and for each new token, under `torch.no_grad()`.
@@ -144,38 +145,31 @@ class CausalAttention(BidirectionalAttention):
         bias: bool = True,
     ):
         super().__init__(hidden_size, num_heads, attn_drop, out_drop, bias)
-        if not isinstance(context_size, int) or context_size < 1:
-            raise ValueError(f"context_size must be a positive int, got {context_size!r}")
-        self.context_size = context_size
-        self.register_buffer(
-            "causal_mask", causal_mask(context_size), persistent=False
-        )  # (context_size, context_size), True on and below the diagonal
+        self.context_size = check_size("context_size", context_size)
 
-    def _check_length(self, total: int, detail: str = "") -> None:
-        if total > self.context_size:
+    def _check_length(self, cached: int, new: int) -> None:
+        if cached + new > self.context_size:  # the message is built only on failure (torch.compile friendly)
+            detail = f" (S_cached={cached} + S_new={new})" if cached else ""
             raise ValueError(
                 f"x is longer than context_size: the layer accepts S <= {self.context_size} tokens, "
-                f"got S={total}{detail}"
+                f"got S={cached + new}{detail}"
             )
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        check_input(x, self.hidden_size)
+        check_input(x, self.hidden_size, like=self.Wo.weight)
         B, S, _ = x.shape
-        self._check_length(S)
-        mask = prepare_mask(mask, B, S, S, self.num_heads)  # None or broadcasting to (B, NH, S, S)
+        self._check_length(0, S)
+        mask = prepare_mask(mask, B, S, S, self.num_heads, device=x.device)  # None or broadcasting to (B, NH, S, S)
         q, k, v = self._qkv(x)  # each (B, NH, S, HS)
-        if mask is None and self.fused and not return_weights:
-            return self._attend(q, k, v, None, False, is_causal=True)  # SDPA's own causal kernel
-        causal = self.causal_mask[:S, :S]  # (S, S), a view: never written
-        mask = causal if mask is None else mask & causal  # (B, NH or 1, S, S), a new tensor
-        return self._attend(q, k, v, mask, return_weights)
+        return self._attend(q, k, v, mask, return_weights, is_causal=True)
 
     def new_cache(self, batch_size: int, max_length: int | None = None) -> KVCache:
         """An empty `KVCache` for `decode`: `batch_size` sequences of at most `max_length` tokens (default and
         upper bound: `context_size`), with this layer's NH, HS, dtype and device."""
-        max_length = self.context_size if max_length is None else max_length
+        batch_size = check_size("batch_size", batch_size)
+        max_length = self.context_size if max_length is None else check_size("max_length", max_length)
         if max_length > self.context_size:
             raise ValueError(f"max_length must be at most context_size={self.context_size}, got {max_length}")
         w = self.Wqkv.weight
@@ -194,30 +188,28 @@ class CausalAttention(BidirectionalAttention):
         (B, NH, S_new, S_total).
         Returns (B, S_new, C) [, weights (B, NH, S_new, S_total)]: the last S_new rows of `forward` on the whole
         sequence, to float precision. Cache shapes grow from (B, NH, S_cached, HS) to (B, NH, S_total, HS).
-        Raises `ValueError`, before touching the cache, when the batch or the heads differ from the cache's, when
-        S_total exceeds `context_size` or the cache's `max_length`, or when the mask does not fit; `TypeError`
-        when `cache` is not a `KVCache`. Run it under `torch.no_grad()`.
+        Every check runs before the cache is written, so a call that raises leaves the cache as it was:
+        `TypeError` when `cache` is not a `KVCache` or x's dtype is not the layer's; `ValueError` when the batch or
+        the heads differ from the cache's, S_total exceeds `context_size` or the cache's `max_length`, or the
+        mask does not fit. Run it under `torch.no_grad()`.
         """
         if not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache (see CausalAttention.new_cache), got {type(cache).__name__}")
-        check_input(x, self.hidden_size)
+        check_input(x, self.hidden_size, like=self.Wo.weight)
         B, S, _ = x.shape
         if (cache.num_heads, cache.head_size) != (self.num_heads, self.head_size):
             raise ValueError(
                 f"cache must have (NH, HS) = {(self.num_heads, self.head_size)} like the layer, "
                 f"got {(cache.num_heads, cache.head_size)}"
             )
-        total = len(cache) + S  # S_total
-        self._check_length(total, f" (S_cached={len(cache)} + S_new={S})")
+        check_like(cache._keys, self.Wo.weight, "cache")
+        self._check_length(len(cache), S)
         cache.check_room(B, S)
-        mask = prepare_mask(mask, B, S, total, self.num_heads)  # None or broadcasting to (B, NH, S_new, S_total)
+        total = len(cache) + S  # S_total
+        mask = prepare_mask(mask, B, S, total, self.num_heads, device=x.device)  # None or (B, NH, S_new, S_total)
+        impl = "explicit" if return_weights else self.attn_impl
+        if impl not in attention_impls():
+            raise ValueError(f"attn_impl must be one of {attention_impls()}, got {impl!r}")
         q, k, v = self._qkv(x)  # each (B, NH, S_new, HS)
-        k, v = cache.append(k, v)  # each (B, NH, S_total, HS)
-        if mask is None and self.fused and not return_weights:
-            if S == 1:  # a single new token sees every cached token: no mask at all
-                return self._attend(q, k, v, None, False)
-            if S == total:  # an empty cache: an ordinary causal pass
-                return self._attend(q, k, v, None, False, is_causal=True)
-        causal = self.causal_mask[total - S : total, :total]  # (S_new, S_total): the rows of the new positions
-        mask = causal if mask is None else mask & causal  # broadcasting to (B, NH, S_new, S_total)
-        return self._attend(q, k, v, mask, return_weights)
+        k, v = cache.append(k, v)  # each (B, NH, S_total, HS): the only write, after every check
+        return self._attend(q, k, v, mask, return_weights, is_causal=True)  # the last S_new rows of the triangle

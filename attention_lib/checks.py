@@ -3,18 +3,21 @@
 # %% ../notebooks/01_single_head_init.ipynb #99513b56
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor
 
 # %% auto #0
-__all__ = ['check_input', 'check_same_batch', 'prepare_mask']
+__all__ = ['check_input', 'check_like', 'check_same_batch', 'prepare_mask', 'check_size', 'check_probability']
 
 # %% ../notebooks/01_single_head_init.ipynb #8b27f3d7
-def check_input(x: Tensor, hidden_size: int, name: str = "x") -> None:
+def check_input(x: Tensor, hidden_size: int, name: str = "x", like: Tensor | None = None) -> None:
     """Check that `x` is a floating-point tensor of shape (B, S, hidden_size).
 
-    Raises `TypeError` for a non-tensor or a non-float dtype, `ValueError` for a wrong shape; the message names
-    `name` and shows the expected and the received shape.
+    With `like` (a parameter of the layer), `x` must also have its dtype and device: a float64 `x` in a float32
+    layer would otherwise fail deep inside a matrix product. Raises `TypeError` for a non-tensor or a wrong dtype,
+    `ValueError` for a wrong shape or device; the message names `name` and shows what was expected and received.
     """
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (B, S, {hidden_size}), got {type(x).__name__}")
@@ -28,6 +31,19 @@ def check_input(x: Tensor, hidden_size: int, name: str = "x") -> None:
             f"{name} must have shape (B, S, {hidden_size}) (batch, sequence, hidden_size), "
             f"got {tuple(x.shape)}"
         )
+    if like is not None:
+        check_like(x, like, name)
+
+
+def check_like(t: Tensor, like: Tensor, name: str) -> None:
+    """`t` must have the dtype (`TypeError`) and the device (`ValueError`) of the layer's parameter `like`."""
+    if t.dtype != like.dtype:
+        raise TypeError(
+            f"{name} must have the layer's dtype {like.dtype}, got {t.dtype}: convert it with "
+            f"{name}.to({like.dtype}) or the layer with layer.to({t.dtype})"
+        )
+    if t.device != like.device:
+        raise ValueError(f"{name} must be on the layer's device {like.device}, got {t.device}")
 
 # %% ../notebooks/01_single_head_init.ipynb #70745cfc
 def check_same_batch(x: Tensor, other: Tensor, name: str = "context") -> None:
@@ -47,6 +63,7 @@ def prepare_mask(
     q_len: int,
     kv_len: int,
     num_heads: int | None = None,
+    device: torch.device | None = None,
 ) -> Tensor | None:
     """Validate a boolean mask (True = may attend) and shape it to broadcast against the scores.
 
@@ -55,7 +72,8 @@ def prepare_mask(
     (single head: (B, 1, S_kv)). Any other mask must broadcast to the scores' shape as it is; for several
     heads a 3-D mask must be (1, S, S_kv), since (B, S, S_kv) and (NH, S, S_kv) cannot be told apart.
     The result has the rank of the scores (leading sizes of 1 are added), as SDPA needs.
-    Raises `TypeError` for a non-bool mask and `ValueError` for a shape that does not fit.
+    With `device`, the mask must be on it. Raises `TypeError` for a non-bool mask and `ValueError` for a shape
+    or a device that does not fit.
     """
     if mask is None:
         return None
@@ -65,6 +83,8 @@ def prepare_mask(
         raise TypeError(
             f"mask must have dtype torch.bool (True = may attend), got {mask.dtype} with shape {tuple(mask.shape)}"
         )
+    if device is not None and mask.device != device:
+        raise ValueError(f"mask must be on the device of x ({device}), got a mask on {mask.device}")
     if num_heads is None:
         target, target_txt = (batch, q_len, kv_len), f"(B, S, S_kv) = {(batch, q_len, kv_len)}"
     else:
@@ -93,3 +113,28 @@ def prepare_mask(
         )
     # Same rank as the scores: SDPA broadcasts a mask only against tensors of its own rank.
     return mask.reshape((1,) * (len(target) - mask.ndim) + tuple(mask.shape))  # a view, no copy
+
+# %% ../notebooks/01_single_head_init.ipynb #5139bb9b
+def check_size(name: str, value: int) -> int:
+    """Return `value` as an int if it is a whole number >= 1 (Python or NumPy int), else raise.
+
+    A bool is refused (`True` is an int in Python, but `num_heads=True` is a mistake): `TypeError` for a value
+    that is not an integer, `ValueError` for one below 1.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int >= 1, got {value!r} of type {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return int(value)
+
+
+def check_probability(name: str, p: float) -> float:
+    """Return `p` as a float if it is a real number in [0, 1] (a dropout rate), else raise.
+
+    `TypeError` for a value that is not a real number (or is a bool), `ValueError` for one outside [0, 1].
+    """
+    if isinstance(p, bool) or not isinstance(p, numbers.Real):
+        raise TypeError(f"{name} must be a float in [0, 1], got {p!r} of type {type(p).__name__}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"{name} must be a float in [0, 1], got {p!r}")
+    return float(p)

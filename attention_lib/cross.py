@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from .bidirectional import AttentionBase, _check_torch_mha
-from .checks import check_input, check_same_batch, prepare_mask
+from .checks import check_input, check_like, check_same_batch, check_size, prepare_mask
 
 # %% auto #0
 __all__ = ['ContextKV', 'CrossAttention']
@@ -52,7 +52,7 @@ class CrossAttention(AttentionBase):
         bias: bool = True,
     ):
         super().__init__(hidden_size, num_heads, attn_drop, out_drop, bias)
-        self.kv_hidden_size = hidden_size if kv_hidden_size is None else kv_hidden_size  # C_kv
+        self.kv_hidden_size = hidden_size if kv_hidden_size is None else check_size("kv_hidden_size", kv_hidden_size)
         self.Wq = nn.Linear(hidden_size, hidden_size, bias=bias)
         self.Wkv = nn.Linear(self.kv_hidden_size, 2 * hidden_size, bias=bias)
 
@@ -81,7 +81,7 @@ class CrossAttention(AttentionBase):
                 f"context must have shape (B, S_kv, kv_hidden_size) = (B, S_kv, {self.kv_hidden_size}), "
                 f"got {tuple(context.shape)}: its width {context.shape[-1]} is not kv_hidden_size"
             )
-        check_input(context, self.kv_hidden_size, name="context")
+        check_input(context, self.kv_hidden_size, name="context", like=self.Wkv.weight)
 
     def _project(self, context: Tensor) -> ContextKV:
         """(B, S_kv, C_kv) -> k, v, each (B, NH, S_kv, HS), from one fused matrix multiply."""
@@ -99,13 +99,14 @@ class CrossAttention(AttentionBase):
                 raise TypeError(f"{name} must be a torch.Tensor of shape {expected}, got {type(t).__name__}")
             if t.ndim != 4 or t.shape[1] != self.num_heads or t.shape[3] != self.head_size:
                 raise ValueError(f"{name} must have shape {expected}, got {tuple(t.shape)}")
+            check_like(t, self.Wo.weight, name)
         if k.shape != v.shape:
             raise ValueError(f"context.k and context.v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
 
     def forward(
         self, x: Tensor, context: Tensor | ContextKV, mask: Tensor | None = None, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        check_input(x, self.hidden_size)
+        check_input(x, self.hidden_size, like=self.Wo.weight)
         if isinstance(context, ContextKV):
             self._check_cached(context)
             check_same_batch(x, context.k, name="context.k")
@@ -116,7 +117,7 @@ class CrossAttention(AttentionBase):
             kv = self._project(context)  # k, v: (B, NH, S_kv, HS)
         B, S, _ = x.shape
         S_kv = kv.k.shape[2]
-        mask = prepare_mask(mask, B, S, S_kv, self.num_heads)  # None or broadcasting to (B, NH, S, S_kv)
+        mask = prepare_mask(mask, B, S, S_kv, self.num_heads, device=x.device)  # None or (B, NH, S, S_kv)-broadcastable
         q = self._split_heads(self.Wq(x))  # (B, NH, S, HS)
         return self._attend(q, kv.k, kv.v, mask, return_weights)  # (B, S, C) [, (B, NH, S, S_kv)]
 

@@ -4,16 +4,35 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .checks import check_size
+
 # %% auto #0
-__all__ = ['explicit_attention', 'fused_attention', 'padding_mask', 'causal_mask', 'attend']
+__all__ = ['AttentionImpl', 'explicit_attention', 'sdpa_attention', 'padding_mask', 'causal_mask', 'register_attention_impl',
+           'attention_impls', 'attend']
 
 # %% ../notebooks/00_recap.ipynb #c84b10e2
+def _check_mask_tensor(mask: Tensor | None, q: Tensor) -> None:
+    """A mask must be a bool tensor on q's device: a float 0/1 mask would be *added* to the scores by SDPA."""
+    if mask is None:
+        return
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        got = f"dtype {mask.dtype} with shape {tuple(mask.shape)}" if isinstance(mask, Tensor) else type(mask).__name__
+        raise TypeError(f"mask must be a torch.Tensor of dtype torch.bool (True = may attend), got {got}")
+    if mask.device != q.device:
+        raise ValueError(f"mask must be on the device of the queries ({q.device}), got a mask on {mask.device}")
+
+
+def _lower_triangle(q_len: int, kv_len: int, device: torch.device | str | None = None) -> Tensor:
+    """(S, S_kv) bool, True where j <= i + (S_kv - S): the causal rule, aligned at the end of the keys."""
+    return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(diagonal=kv_len - q_len)  # (S, S_kv)
+
+
 def explicit_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False
 ) -> tuple[Tensor, Tensor]:
@@ -24,9 +43,10 @@ def explicit_attention(
     S_kv > S (see `causal_mask`). weights: (..., S, S_kv), the probabilities before dropout.
     A query row with no visible key gets zero weights and a zero context vector (never NaN).
     """
+    _check_mask_tensor(mask, q)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., S, S_kv)
     if is_causal:
-        causal = causal_mask(q.size(-2), k.size(-2), device=q.device)  # (S, S_kv)
+        causal = _lower_triangle(q.size(-2), k.size(-2), device=q.device)  # (S, S_kv)
         mask = causal if mask is None else mask & causal  # (..., S, S_kv)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))  # (..., S, S_kv)
@@ -40,7 +60,7 @@ def explicit_attention(
     return dropped @ v, weights  # (..., S, HS), (..., S, S_kv)
 
 # %% ../notebooks/00_recap.ipynb #3e8d0df5
-def fused_attention(
+def sdpa_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False
 ) -> Tensor:
     """The same computation through `F.scaled_dot_product_attention`; returns the context (..., S, HS).
@@ -48,10 +68,13 @@ def fused_attention(
     Same shapes, mask convention and causal rule as `explicit_attention` (SDPA also reads True as
     "may attend" and gives a fully masked row zeros).
     """
+    _check_mask_tensor(mask, q)
+    if is_causal and q.size(-2) == 1:
+        is_causal = False  # one query at the end of the keys sees every key: nothing to hide
     if is_causal and (mask is not None or q.size(-2) != k.size(-2)):
         # SDPA takes a mask or is_causal, not both, and its is_causal aligns S != S_kv at the top left:
         # fold our causal rule (aligned at the end of the keys) into the mask instead.
-        causal = causal_mask(q.size(-2), k.size(-2), device=q.device)  # (S, S_kv)
+        causal = _lower_triangle(q.size(-2), k.size(-2), device=q.device)  # (S, S_kv)
         mask = causal if mask is None else mask & causal  # (..., S, S_kv)
         is_causal = False
     return F.scaled_dot_product_attention(
@@ -62,11 +85,16 @@ def fused_attention(
 def padding_mask(lengths: Sequence[int] | Tensor, seq_len: int | None = None, left: bool = False) -> Tensor:
     """A (B, S) bool mask that is True on the real tokens of each sequence and False on its padding.
 
-    lengths: the number of real tokens of each of the B sequences; seq_len: S (default: the longest length);
-    left: padding at the start (as batched generation uses) rather than at the end.
+    lengths: the number of real tokens of each of the B sequences (whole numbers); seq_len: S (default: the
+    longest length); left: padding at the start (as batched generation uses) rather than at the end.
     """
-    lengths = torch.as_tensor(lengths).reshape(-1)  # (B,)
-    S = int(lengths.max()) if seq_len is None else seq_len
+    try:
+        lengths = torch.as_tensor(lengths).reshape(-1)  # (B,)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"lengths must be a sequence or tensor of whole numbers, got {lengths!r}") from None
+    if lengths.numel() == 0 or lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
+        raise ValueError(f"lengths must be one or more whole numbers of tokens, got {lengths.tolist()}")
+    S = int(lengths.max()) if seq_len is None else check_size("seq_len", seq_len)
     if bool((lengths > S).any()) or bool((lengths < 0).any()):
         raise ValueError(f"lengths must lie in [0, seq_len={S}], got {lengths.tolist()}")
     positions = torch.arange(S, device=lengths.device)  # (S,)
@@ -76,35 +104,64 @@ def padding_mask(lengths: Sequence[int] | Tensor, seq_len: int | None = None, le
 
 # %% ../notebooks/00_recap.ipynb #5321f395
 def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | str | None = None) -> Tensor:
-    """A (S, S_kv) bool mask, True where query i may see key j: j <= i, counted from the end of the keys.
+    """A (1, S, S_kv) bool mask, True where query i may see key j: j <= i, counted from the end of the keys.
 
-    With S_kv > S (a decoder whose earlier keys are cached), the S queries are the last S positions,
-    so query i sits at position S_kv - S + i and sees keys 0..S_kv - S + i.
+    The leading axis of size 1 means "the same for every sequence of the batch"; it also keeps the mask from
+    ever passing for a (B, S_kv) padding mask, which is what every 2-D mask is. With S_kv > S (a decoder whose
+    earlier keys are cached), the S queries are the last S positions, so query i sits at position
+    S_kv - S + i and sees keys 0..S_kv - S + i.
     """
-    kv_len = q_len if kv_len is None else kv_len
-    return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(diagonal=kv_len - q_len)  # (S, S_kv)
+    q_len = check_size("q_len", q_len)
+    kv_len = q_len if kv_len is None else check_size("kv_len", kv_len)
+    return _lower_triangle(q_len, kv_len, device)[None]  # (1, S, S_kv)
 
 # %% ../notebooks/00_recap.ipynb #0009181a
+AttentionImpl = Callable[[Tensor, Tensor, Tensor, Tensor | None, float, bool], tuple[Tensor, Tensor | None]]
+_ATTENTION_IMPLS: dict[str, AttentionImpl] = {}
+
+
+def register_attention_impl(name: str, fn: AttentionImpl) -> None:
+    """Make `fn(q, k, v, mask, dropout_p, is_causal) -> (context, weights or None)` selectable as `attn_impl=name`.
+
+    `fn` must follow the rules of `explicit_attention`: shapes, bool mask (True = may attend), the causal rule
+    aligned at the end of the keys, zeros for a query that sees no key.
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"name must be a non-empty str, got {name!r}")
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    _ATTENTION_IMPLS[name] = fn
+
+
+def attention_impls() -> tuple[str, ...]:
+    """The names `attend` (and every layer's `attn_impl`) accepts."""
+    return tuple(_ATTENTION_IMPLS)
+
+
+def _sdpa_impl(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, is_causal: bool):
+    return sdpa_attention(q, k, v, mask, dropout_p, is_causal), None  # SDPA has no weights to return
+
+
+register_attention_impl("sdpa", _sdpa_impl)
+register_attention_impl("explicit", explicit_attention)
+
+# %% ../notebooks/00_recap.ipynb #1012e435
 def attend(
     q: Tensor,
     k: Tensor,
     v: Tensor,
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
-    explicit: bool = False,
     is_causal: bool = False,
+    attn_impl: str = "sdpa",
 ) -> tuple[Tensor, Tensor | None]:
-    """Dispatch to the fused path (default) or the explicit one; returns (context, weights or None).
+    """Run attention on the path named `attn_impl`; returns (context (..., S, HS), weights (..., S, S_kv) or None).
 
     q: (..., S, HS), k and v: (..., S_kv, HS); mask: bool, True = may attend, broadcasting to (..., S, S_kv).
-    `is_causal=True` lets query i see keys 0..i only, on top of `mask`; it needs S == S_kv (SDPA and
-    `causal_mask` align a longer key sequence differently; pass `causal_mask(S, S_kv)` as the mask then).
+    `is_causal=True` lets query i see keys 0..S_kv - S + i only, on top of `mask`. `"sdpa"` (default) calls
+    `F.scaled_dot_product_attention` and returns no weights; `"explicit"` returns them.
     """
-    if is_causal and q.size(-2) != k.size(-2):
-        raise ValueError(
-            f"is_causal needs as many queries as keys, got S={q.size(-2)} and S_kv={k.size(-2)}; "
-            "pass mask=causal_mask(S, S_kv) instead"
-        )
-    if explicit:
-        return explicit_attention(q, k, v, mask, dropout_p, is_causal)
-    return fused_attention(q, k, v, mask, dropout_p, is_causal), None
+    if not isinstance(attn_impl, str) or attn_impl not in _ATTENTION_IMPLS:
+        raise ValueError(f"attn_impl must be one of {attention_impls()}, got {attn_impl!r}")
+    _check_mask_tensor(mask, q)
+    return _ATTENTION_IMPLS[attn_impl](q, k, v, mask, dropout_p, is_causal)

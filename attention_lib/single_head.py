@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .checks import check_input, prepare_mask
+from .checks import check_input, check_size, prepare_mask
 from .functional import attend
 
 # %% auto #0
@@ -23,26 +23,29 @@ class SingleHeadAttention(nn.Module):
         mask: optional bool, True = may attend; (B, S_kv) padding mask, or broadcasting to (B, S, S_kv).
         Returns (B, S, C); with `return_weights=True`, (out, weights) where weights (B, S, S_kv) are the
         post-softmax probabilities. A query that sees no key gets zero weights (its output is `Wo`'s bias).
-    Set `fused = False` to run the explicit path without asking for the weights.
+    `attn_impl` names the path of `attend`: "sdpa" (default) or "explicit"; `return_weights=True` always runs
+    the explicit one.
     """
 
     def __init__(self, hidden_size: int, bias: bool = True):
         super().__init__()
+        hidden_size = check_size("hidden_size", hidden_size)
         if hidden_size < 4:
             raise ValueError(f"hidden_size must be at least 4 (the head is hidden_size // 4 wide), got {hidden_size}")
         self.hidden_size = hidden_size  # C
         self.head_size = hidden_size // 4  # HS
         self.Wqkv = nn.Linear(hidden_size, 3 * self.head_size, bias=bias)
         self.Wo = nn.Linear(self.head_size, hidden_size, bias=bias)
-        self.fused = True  # SDPA by default; the explicit path runs when False or when weights are asked for
+        self.attn_impl = "sdpa"  # the path of `attend`; "explicit" also runs whenever weights are asked for
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, return_weights: bool = False
     ) -> Tensor | tuple[Tensor, Tensor]:
-        check_input(x, self.hidden_size)
+        check_input(x, self.hidden_size, like=self.Wo.weight)
         B, S, _ = x.shape
-        mask = prepare_mask(mask, B, S, S)  # None or broadcasting to (B, S, S_kv)
+        mask = prepare_mask(mask, B, S, S, device=x.device)  # None or broadcasting to (B, S, S_kv)
         q, k, v = self.Wqkv(x).reshape(B, S, 3, self.head_size).unbind(dim=2)  # each (B, S, HS)
-        context, weights = attend(q, k, v, mask, explicit=return_weights or not self.fused)  # (B, S, HS)
+        impl = "explicit" if return_weights else self.attn_impl
+        context, weights = attend(q, k, v, mask, attn_impl=impl)  # (B, S, HS), (B, S, S_kv) or None
         out = self.Wo(context)  # (B, S, C)
         return (out, weights) if return_weights else out

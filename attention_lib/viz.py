@@ -364,7 +364,7 @@ def attention_view(
     key_mask = key_real[None]  # (B, S_kv) = (1, S_kv) padding mask
     shown = key_mask.expand(S, S_kv)  # (S, S_kv)
     if kind == "causal":
-        shown = shown & causal_mask(S, device=x.device)  # (S, S)
+        shown = shown & causal_mask(S, device=x.device)[0]  # (S, S)
     with torch.no_grad(), score_temperature(layer, temperature):
         if kind == "cross":
             _, weights = layer(x, context, mask=key_mask, return_weights=True)  # (1, NH, S, S_kv)

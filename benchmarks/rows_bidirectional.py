@@ -1,4 +1,4 @@
-"""BidirectionalAttention (default fused path) against nn.MultiheadAttention(need_weights=False), same weights.
+"""BidirectionalAttention (default SDPA path) against nn.MultiheadAttention(need_weights=False), same weights.
 
 B=4, C=512, NH=8, float32, S in {512, 1024, 2048}.
 "forward": inference, both modules in eval() under torch.no_grad() (nn.MultiheadAttention then takes its native

@@ -1,4 +1,4 @@
-"""CausalAttention (default fused path) against nn.MultiheadAttention with a causal mask, and the KV cache.
+"""CausalAttention (default SDPA path) against nn.MultiheadAttention with a causal mask, and the KV cache.
 
 Layers: same weights (`CausalAttention.from_torch`), B=4, C=512, NH=8, float32, S in {512, 1024, 2048}.
 nn.MultiheadAttention gets the causal mask as PyTorch documents it: `attn_mask` (bool, True = do not attend, built

@@ -1,4 +1,4 @@
-"""CrossAttention (default fused path) against nn.MultiheadAttention(kdim=C_kv, vdim=C_kv, need_weights=False).
+"""CrossAttention (default SDPA path) against nn.MultiheadAttention(kdim=C_kv, vdim=C_kv, need_weights=False).
 
 Same weights (`CrossAttention.from_torch`), B=4, C=512, NH=8, S=512 queries, float32, contexts of
 S_kv in {512, 2048} tokens of width C_kv = C, and S_kv=2048 with C_kv = 768 != C (where nn.MultiheadAttention keeps

@@ -65,12 +65,12 @@ def lengths_for(B: int, S: int) -> list[int]:
 
 @pytest.mark.parametrize("B,S,C,NH", SHAPES)
 @pytest.mark.parametrize("padding", [None, "right", "left"])
-@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
 @pytest.mark.parametrize("bias", [True, False])
-def test_matches_float64_reference(B, S, C, NH, padding, fused, bias):
+def test_matches_float64_reference(B, S, C, NH, padding, impl, bias):
     torch.manual_seed(S * 10 + NH)
     layer = CausalAttention(C, NH, context_size=16, bias=bias).eval()
-    layer.fused = fused
+    layer.attn_impl = impl
     x = torch.randn(B, S, C)
     pad = None if padding is None else pad_mask(lengths_for(B, S), S, left=padding == "left")
     ref, ref_w = reference(layer, x, pad)
@@ -83,11 +83,11 @@ def test_matches_float64_reference(B, S, C, NH, padding, fused, bias):
 
 @pytest.mark.parametrize("B,S,C,NH", SHAPES)
 @pytest.mark.parametrize("padding", [None, "right", "left"])
-@pytest.mark.parametrize("fused", [True, False])
-def test_matches_sdpa(B, S, C, NH, padding, fused):
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+def test_matches_sdpa(B, S, C, NH, padding, impl):
     torch.manual_seed(S + NH)
     layer = CausalAttention(C, NH, context_size=S).eval()
-    layer.fused = fused
+    layer.attn_impl = impl
     x = torch.randn(B, S, C)
     HS = C // NH
     with torch.no_grad():
@@ -126,8 +126,8 @@ def test_matches_multihead_attention(B, S, C, NH, padding, bias):
         ref, _ = mha(x, x, x, attn_mask=~lower_triangle(S), key_padding_mask=None if pad is None else ~pad,
                      need_weights=False)
         real = torch.ones(B, S, dtype=torch.bool) if pad is None else pad  # it gives NaN on rows with no key
-        for fused in (True, False):
-            layer.fused = fused
+        for impl in ("sdpa", "explicit"):
+            layer.attn_impl = impl
             out = layer(x, pad)
             assert not out.isnan().any()
             assert torch.allclose(out[real], ref[real], atol=1e-5)
@@ -138,7 +138,7 @@ def test_from_torch_builds_a_causal_layer_with_the_same_weights():
     mha = nn.MultiheadAttention(16, 4, batch_first=True).eval()
     layer = CausalAttention.from_torch(mha, context_size=8)
     assert isinstance(layer, CausalAttention) and layer.context_size == 8 and not layer.training
-    assert torch.equal(layer.causal_mask, lower_triangle(8))
+    assert not list(layer.buffers())
     x = torch.randn(2, 6, 16)
     with torch.no_grad():
         ref, _ = mha(x, x, x, attn_mask=~lower_triangle(6), need_weights=False)
@@ -180,8 +180,8 @@ def test_matches_gpt2_attention_block(B, S, C, NH, padding, impl):
         model(input_ids=ids, attention_mask=None if pad is None else pad.long())
         real = torch.ones(B, S, dtype=torch.bool) if pad is None else pad  # rows with no key differ by design
         assert seen["out"].abs().max() > 0.5  # outputs of order 1: the tolerance below means something
-        for fused in (True, False):
-            layer.fused = fused
+        for impl in ("sdpa", "explicit"):
+            layer.attn_impl = impl
             assert torch.allclose(layer(seen["x"], pad)[real], seen["out"][real], atol=1e-5)
 
 
@@ -194,16 +194,16 @@ def test_matches_gpt2_attention_block(B, S, C, NH, padding, impl):
     S=st.integers(2, 10),
     NH=st.sampled_from([1, 2, 4]),
     data=st.data(),
-    fused=st.booleans(),
+    impl=st.sampled_from(["sdpa", "explicit"]),
     padding=st.sampled_from([None, "right", "left"]),
 )
-def test_future_tokens_never_change_earlier_outputs(B, S, NH, data, fused, padding):
+def test_future_tokens_never_change_earlier_outputs(B, S, NH, data, impl, padding):
     position = data.draw(st.integers(1, S - 1), label="first changed position")
     seed = data.draw(st.integers(0, 2**16), label="seed")
     g = torch.Generator().manual_seed(seed)
     C = 8
     layer = CausalAttention(C, NH, context_size=10).eval()
-    layer.fused = fused
+    layer.attn_impl = impl
     x = torch.randn(B, S, C, generator=g)
     x_changed = x.clone()
     x_changed[:, position:] = torch.randn(B, S - position, C, generator=g) * 3  # every token from `position` on
@@ -235,27 +235,24 @@ def test_gradcheck():
     x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
     pad = pad_mask([4, 2], 4, left=True)
     assert torch.autograd.gradcheck(lambda t: layer(t, pad), (x,))
-    layer.fused = False
+    layer.attn_impl = "explicit"
     assert torch.autograd.gradcheck(lambda t: layer(t, pad), (x,))
 
 
 # ---------------------------------------------------------------------------------------------- the causal buffer
 
 
-def test_causal_mask_is_a_non_persistent_buffer():
+def test_the_layer_stores_no_mask_and_has_the_bidirectional_state_dict():
     layer = CausalAttention(8, 2, context_size=6)
-    assert "causal_mask" in dict(layer.named_buffers())
-    assert torch.equal(layer.causal_mask, lower_triangle(6))
-    assert "causal_mask" not in layer.state_dict()
+    assert not list(layer.buffers())
     assert set(layer.state_dict()) == set(BidirectionalAttention(8, 2).state_dict())
     assert isinstance(layer, BidirectionalAttention)
-    assert layer.to(torch.float64).causal_mask.dtype == torch.bool  # moves with the module, stays bool
 
 
-def test_stored_causal_mask_unchanged_after_padded_calls():
+def test_padded_calls_leave_no_trace():
+    """Padded calls, on both paths and through decode, change nothing the next unpadded call sees."""
     torch.manual_seed(0)
     layer = CausalAttention(8, 2, context_size=6).eval()
-    stored = layer.causal_mask.clone()
     x = torch.randn(2, 5, 8)
     masks = [
         pad_mask([5, 2], 5, left=False),
@@ -265,25 +262,23 @@ def test_stored_causal_mask_unchanged_after_padded_calls():
     ]
     with torch.no_grad():
         clean = layer(x)
-        for fused in (True, False):
-            layer.fused = fused
+        for impl in ("sdpa", "explicit"):
+            layer.attn_impl = impl
             for m in masks:
                 layer(x, m)
                 layer(x, m, return_weights=True)
-                assert torch.equal(layer.causal_mask, stored)
         cache = layer.new_cache(2)
         layer.decode(x[:, :3], cache, pad_mask([3, 1], 3, left=True))
         layer.decode(x[:, 3:4], cache, pad_mask([4, 2], 4, left=True))
-        assert torch.equal(layer.causal_mask, stored)
-        layer.fused = True
+        layer.attn_impl = "sdpa"
         assert torch.equal(layer(x), clean)
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_fully_masked_rows_give_zeros_not_nan(fused):
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+def test_fully_masked_rows_give_zeros_not_nan(impl):
     torch.manual_seed(0)
     layer = CausalAttention(8, 2, context_size=6).eval()
-    layer.fused = fused
+    layer.attn_impl = impl
     x = torch.randn(2, 6, 8)
     pad = pad_mask([6, 2], 6, left=True)  # sequence 1: queries 0..3 see no real key
     with torch.no_grad():
@@ -334,11 +329,11 @@ def decode_in_chunks(layer, x, pad, chunks):
 @pytest.mark.parametrize("B,S,C,NH", [(1, 6, 8, 2), (3, 9, 16, 4), (2, 12, 32, 8)])
 @pytest.mark.parametrize("padding", [None, "left"])
 @pytest.mark.parametrize("prompt", [1, 4])
-@pytest.mark.parametrize("fused", [True, False])
-def test_cached_decoding_equals_full_forward(B, S, C, NH, padding, prompt, fused):
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+def test_cached_decoding_equals_full_forward(B, S, C, NH, padding, prompt, impl):
     torch.manual_seed(S + prompt)
     layer = CausalAttention(C, NH, context_size=12).eval()
-    layer.fused = fused
+    layer.attn_impl = impl
     x = torch.randn(B, S, C)
     pad = None
     if padding == "left":  # prompts of different lengths, left-padded; generated tokens are all real
@@ -453,7 +448,7 @@ def test_cache_misuse_raises_clear_errors_and_leaves_the_cache_alone():
         layer.new_cache(2, max_length=7)
     with pytest.raises(RuntimeError, match="torch.no_grad"):
         layer.decode(torch.randn(2, 1, 8), cache)  # gradients are on: the in-place cache refuses
-    with pytest.raises(ValueError, match="batch_size must be a positive int"):
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
         KVCache(0, 2, 4, 6)
     assert len(cache) == 4
 
@@ -468,9 +463,9 @@ def test_longer_than_context_size_raises():
     assert layer(torch.randn(1, 4, 8)).shape == (1, 4, 8)
 
 
-@pytest.mark.parametrize("context_size", [0, -1, 2.5, None])
-def test_bad_context_size(context_size):
-    with pytest.raises(ValueError, match="context_size must be a positive int"):
+@pytest.mark.parametrize("context_size,error", [(0, ValueError), (-1, ValueError), (2.5, TypeError), (None, TypeError)])
+def test_bad_context_size(context_size, error):
+    with pytest.raises(error, match="context_size must be an int >= 1"):
         CausalAttention(8, 2, context_size=context_size)
 
 

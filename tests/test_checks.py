@@ -5,7 +5,7 @@ import re
 import pytest
 import torch
 
-from attention_lib.checks import check_input, check_same_batch, prepare_mask
+from attention_lib.checks import check_input, check_probability, check_same_batch, check_size, prepare_mask
 from attention_lib.functional import attend, padding_mask
 
 B, S, S_KV, NH = 2, 3, 5, 4
@@ -120,7 +120,7 @@ def test_prepared_padding_mask_gives_the_attention_of_the_full_mask():
     k, v = torch.randn(2, B, NH, S_KV, 8, generator=g).unbind(0)
     pad = padding_mask([5, 2])
     full = pad[:, None, None, :].expand(B, NH, S, S_KV).clone()
-    ctx, _ = attend(q, k, v, prepare_mask(pad, B, S, S_KV, num_heads=NH), explicit=True)
+    ctx, _ = attend(q, k, v, prepare_mask(pad, B, S, S_KV, num_heads=NH), attn_impl="explicit")
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=full)
     assert torch.allclose(ctx, expected, atol=1e-6)
 
@@ -190,5 +190,60 @@ def test_one_dimensional_mask_works_in_sdpa():
     prepared = prepare_mask(keys, B, S, S_KV, num_heads=NH)  # (1, 1, 1, S_kv)
     assert prepared.shape == (1, 1, 1, S_KV)
     fused, _ = attend(q, k, v, prepared)
-    explicit, _ = attend(q, k, v, prepared, explicit=True)
+    explicit, _ = attend(q, k, v, prepared, attn_impl="explicit")
     assert torch.allclose(fused, explicit, atol=1e-5)
+
+
+# --- the dtype and device of x, and of a mask ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.bfloat16])
+def test_check_input_like_names_both_dtypes(dtype):
+    weight = torch.zeros(8, 8)  # a float32 parameter
+    with pytest.raises(TypeError, match=rf"^x must have the layer's dtype torch.float32, got {dtype}"):
+        check_input(torch.zeros(2, 3, 8, dtype=dtype), 8, like=weight)
+
+
+def test_check_input_like_names_both_devices():
+    with pytest.raises(ValueError, match=r"^context must be on the layer's device cpu, got meta"):
+        check_input(torch.zeros(2, 3, 8, device="meta"), 8, name="context", like=torch.zeros(8, 8))
+
+
+def test_prepare_mask_refuses_a_mask_on_another_device():
+    mask = torch.ones(B, S_KV, dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match=r"mask must be on the device of x \(cpu\), got a mask on meta"):
+        prepare_mask(mask, B, S, S_KV, NH, device=torch.device("cpu"))
+
+
+# --- sizes and probabilities: one rule, one message ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [1, 7, 2**40])
+def test_check_size_accepts_ints(value):
+    assert check_size("n", value) == value and type(check_size("n", value)) is int
+
+
+def test_check_size_accepts_numpy_ints_and_returns_python_ints():
+    np = pytest.importorskip("numpy")
+    for value in (np.int64(5), np.int32(5), np.uint8(5)):
+        out = check_size("context_size", value)
+        assert out == 5 and type(out) is int
+
+
+@pytest.mark.parametrize("value,error", [(True, TypeError), (False, TypeError), (2.0, TypeError), ("4", TypeError),
+                                         (None, TypeError), (0, ValueError), (-3, ValueError)])
+def test_check_size_refuses_with_one_message(value, error):
+    with pytest.raises(error, match=rf"^num_heads must be an int >= 1, got {re.escape(repr(value))}"):
+        check_size("num_heads", value)
+
+
+@pytest.mark.parametrize("p", [0, 0.0, 0.25, 1, 1.0])
+def test_check_probability_accepts_rates(p):
+    assert check_probability("attn_drop", p) == float(p)
+
+
+@pytest.mark.parametrize("p,error", [(-0.5, ValueError), (1.5, ValueError), (float("nan"), ValueError),
+                                     (True, TypeError), ("0.1", TypeError), (None, TypeError)])
+def test_check_probability_refuses(p, error):
+    with pytest.raises(error, match=r"^attn_drop must be a float in \[0, 1\]"):
+        check_probability("attn_drop", p)

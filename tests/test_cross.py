@@ -85,7 +85,7 @@ def test_weights_and_sizes():
     assert tuple(layer.Wq.weight.shape) == (8, 8)
     assert tuple(layer.Wkv.weight.shape) == (16, 12)
     assert tuple(layer.Wo.weight.shape) == (8, 8)
-    assert layer.kv_hidden_size == 12 and layer.head_size == 4 and layer.fused is True
+    assert layer.kv_hidden_size == 12 and layer.head_size == 4 and layer.attn_impl == "sdpa"
     default = CrossAttention(8, 2)
     assert default.kv_hidden_size == 8 and tuple(default.Wkv.weight.shape) == (16, 8)
     nobias = CrossAttention(8, 2, kv_hidden_size=4, bias=False)
@@ -115,11 +115,11 @@ def test_output_and_weight_shapes(shape):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("padded", [False, True])
-@pytest.mark.parametrize("fused", [True, False])
-def test_matches_float64_reference(shape, bias, padded, fused):
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+def test_matches_float64_reference(shape, bias, padded, impl):
     B, S, S_kv, C, C_kv, NH = shape
     layer, x, context = make(*shape, bias=bias)
-    layer.fused = fused
+    layer.attn_impl = impl
     mask = padding_mask(lengths_for(B, S_kv), S_kv) if padded else None
     ref_out, ref_w = reference(layer, x, context, mask)
     torch.testing.assert_close(layer(x, context, mask=mask).double(), ref_out, atol=1e-5, rtol=1e-5)
@@ -158,8 +158,8 @@ def test_matches_torch_multihead_attention(shape, bias, padded):
     mask = padding_mask(lengths_for(B, S_kv), S_kv) if padded else None
     kpm = None if mask is None else ~mask  # nn.MultiheadAttention: True = ignore
     expected, _ = mha(x, context, context, key_padding_mask=kpm, need_weights=False)
-    for fused in (True, False):
-        layer.fused = fused
+    for impl in ("sdpa", "explicit"):
+        layer.attn_impl = impl
         torch.testing.assert_close(layer(x, context, mask=mask), expected, atol=1e-5, rtol=1e-5)
     _, w_mha = mha(x, context, context, key_padding_mask=kpm, need_weights=True, average_attn_weights=False)
     _, w = layer(x, context, mask=mask, return_weights=True)
@@ -264,8 +264,8 @@ def test_matches_bart_decoder_encoder_attn(bart, impl, B, S, S_kv, d_model, head
         layer.Wkv.weight.copy_(torch.cat([attn.k_proj.weight, attn.v_proj.weight]))
         layer.Wkv.bias.copy_(torch.cat([attn.k_proj.bias, attn.v_proj.bias]))
         layer.Wo.load_state_dict(attn.out_proj.state_dict())
-        for fused in (True, False):
-            layer.fused = fused
+        for impl in ("sdpa", "explicit"):
+            layer.attn_impl = impl
             got = layer(seen["x"], seen["context"], mask=src_mask)
             torch.testing.assert_close(got, seen["out"], atol=1e-5, rtol=1e-5)
 
@@ -274,11 +274,11 @@ def test_matches_bart_decoder_encoder_attn(bart, impl, B, S, S_kv, d_model, head
 # Masks: padding invariance, fully masked rows, the two paths
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_appending_masked_context_tokens_changes_nothing(fused):
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+def test_appending_masked_context_tokens_changes_nothing(impl):
     B, S, S_kv, C, C_kv, NH = 3, 4, 5, 16, 10, 4
     layer, x, context = make(B, S, S_kv, C, C_kv, NH)
-    layer.fused = fused
+    layer.attn_impl = impl
     mask = padding_mask([5, 3, 1], S_kv)  # (B, S_kv)
     base = layer(x, context, mask=mask)
     for extra in (1, 6):
@@ -300,11 +300,11 @@ def test_output_does_not_depend_on_other_queries():
         torch.testing.assert_close(layer(x[:, t : t + 1], context), full[:, t : t + 1], atol=1e-6, rtol=1e-5)
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_fully_masked_context_gives_zero_weights_and_bias_output(fused):
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+def test_fully_masked_context_gives_zero_weights_and_bias_output(impl):
     B, S, S_kv, C, C_kv, NH = 3, 4, 5, 8, 6, 2
     layer, x, context = make(B, S, S_kv, C, C_kv, NH)
-    layer.fused = fused
+    layer.attn_impl = impl
     x.requires_grad_(True)
     mask = padding_mask([5, 0, 2], S_kv)  # (B, S_kv): the second context is all padding
     out = layer(x, context, mask=mask)
@@ -332,7 +332,7 @@ def test_both_paths_agree(mask_shape):
     layer, x, context = make(B, S, S_kv, C, C_kv, NH)
     mask = torch.rand(mask_shape, generator=torch.Generator().manual_seed(4)) > 0.3
     fused = layer(x, context, mask=mask)
-    layer.fused = False
+    layer.attn_impl = "explicit"
     explicit = layer(x, context, mask=mask)
     torch.testing.assert_close(fused, explicit, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(layer(x, context, mask=mask, return_weights=True)[0], fused, atol=1e-5, rtol=1e-5)
@@ -354,8 +354,8 @@ def test_property_random_shapes_and_padding(B, S, S_kv, NH, HS, C_kv, seed):
     lengths = torch.randint(0, S_kv + 1, (B,), generator=torch.Generator().manual_seed(seed))
     mask = padding_mask(lengths, S_kv)  # (B, S_kv), rows may be empty
     ref_out, ref_w = reference(layer, x, context, mask)
-    for fused in (True, False):
-        layer.fused = fused
+    for impl in ("sdpa", "explicit"):
+        layer.attn_impl = impl
         torch.testing.assert_close(layer(x, context, mask=mask).double(), ref_out, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(layer(x, context, mask=mask, return_weights=True)[1].double(), ref_w, atol=1e-6, rtol=0)
 
@@ -365,8 +365,8 @@ def test_gradcheck_float64_both_paths():
     mask = padding_mask([3, 2], 3)
     x.requires_grad_(True)
     context.requires_grad_(True)
-    for fused in (True, False):
-        layer.fused = fused
+    for impl in ("sdpa", "explicit"):
+        layer.attn_impl = impl
         assert torch.autograd.gradcheck(lambda a, b: layer(a, b, mask=mask), (x, context), fast_mode=True)
 
 
@@ -393,11 +393,11 @@ def test_dropout_only_in_training():
 # The context cache
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_project_context_then_forward_equals_forward(fused):
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+def test_project_context_then_forward_equals_forward(impl):
     B, S, S_kv, C, C_kv, NH = 2, 5, 7, 12, 9, 3
     layer, x, context = make(B, S, S_kv, C, C_kv, NH)
-    layer.fused = fused
+    layer.attn_impl = impl
     mask = padding_mask([7, 3], S_kv)
     kv = layer.project_context(context)
     assert isinstance(kv, ContextKV) and kv._fields == ("k", "v")

@@ -7,7 +7,15 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.bias import causal_lower_right
 
-from attention_lib.functional import attend, causal_mask, explicit_attention, fused_attention, padding_mask
+from attention_lib.functional import (
+    attend,
+    attention_impls,
+    causal_mask,
+    explicit_attention,
+    padding_mask,
+    register_attention_impl,
+    sdpa_attention,
+)
 
 
 def reference(q, k, v, mask=None):
@@ -64,7 +72,8 @@ def test_padding_mask_rejects_bad_lengths(lengths, seq_len):
 
 def test_causal_mask_square_is_lower_triangle():
     m = causal_mask(4)
-    assert m.dtype == torch.bool and m.shape == (4, 4)
+    assert m.dtype == torch.bool and m.shape == (1, 4, 4)  # the leading 1: one pattern for the whole batch
+    m = m[0]
     for i in range(4):
         for j in range(4):
             assert bool(m[i, j]) == (j <= i)
@@ -73,17 +82,17 @@ def test_causal_mask_square_is_lower_triangle():
 @pytest.mark.parametrize("S,S_kv", [(1, 1), (3, 3), (2, 5), (1, 6), (4, 9), (5, 3)])
 def test_causal_mask_matches_torch_lower_right(S, S_kv):
     expected = torch.tensor([[j <= S_kv - S + i for j in range(S_kv)] for i in range(S)])  # by hand
-    assert torch.equal(causal_mask(S, S_kv), expected)
+    assert torch.equal(causal_mask(S, S_kv), expected[None])
     if S <= S_kv:  # torch's lower-right bias (it warns for S > S_kv)
-        assert torch.equal(causal_mask(S, S_kv), causal_lower_right(S, S_kv)._materialize())
+        assert torch.equal(causal_mask(S, S_kv)[0], causal_lower_right(S, S_kv)._materialize())
 
 
 def test_causal_mask_longer_keys_last_query_sees_everything():
-    m = causal_mask(2, 5)
+    m = causal_mask(2, 5)[0]
     assert m[-1].all() and m[0].tolist() == [True, True, True, True, False]
 
 
-# --- explicit_attention and fused_attention ------------------------------------------------------------------------
+# --- explicit_attention and sdpa_attention ------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("shape,S_kv", [((1, 3, 4), 3), ((2, 5, 8), 7), ((2, 3, 4, 16), 4)])
@@ -94,7 +103,7 @@ def test_explicit_matches_reference_and_sdpa(shape, S_kv):
     assert ctx.shape == q.shape[:-1] + (v.size(-1),) and w.shape == q.shape[:-1] + (S_kv,)
     assert torch.allclose(ctx.double(), ref_ctx, atol=1e-5) and torch.allclose(w.double(), ref_w, atol=1e-6)
     assert torch.allclose(ctx, F.scaled_dot_product_attention(q, k, v), atol=1e-5)
-    assert torch.allclose(fused_attention(q, k, v), ctx, atol=1e-5)
+    assert torch.allclose(sdpa_attention(q, k, v), ctx, atol=1e-5)
 
 
 def test_weights_sum_to_one_over_visible_keys_and_zero_elsewhere():
@@ -130,7 +139,7 @@ def test_attend_paths_agree_with_masks_and_is_causal(mask_name, is_causal):
     q, k, v = qkv(B, NH, S, HS)
     mask = _masks(B, S, S)[mask_name]
     ctx_f, none = attend(q, k, v, mask, is_causal=is_causal)
-    ctx_e, w = attend(q, k, v, mask, explicit=True, is_causal=is_causal)
+    ctx_e, w = attend(q, k, v, mask, is_causal=is_causal, attn_impl="explicit")
     assert none is None and w.shape == (B, NH, S, S)
     assert torch.allclose(ctx_f, ctx_e, atol=1e-5)
     full = torch.ones(B, NH, S, S, dtype=torch.bool) if mask is None else mask.expand(B, NH, S, S)
@@ -144,23 +153,27 @@ def test_is_causal_equals_sdpa_is_causal():
     q, k, v = qkv(2, 2, 6, 8)
     ctx, _ = attend(q, k, v, is_causal=True)
     assert torch.allclose(ctx, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6)
-    ctx_e, w = attend(q, k, v, is_causal=True, explicit=True)
+    ctx_e, w = attend(q, k, v, is_causal=True, attn_impl="explicit")
     assert torch.allclose(ctx_e, ctx, atol=1e-5)
     assert bool((w.triu(diagonal=1) == 0).all())
 
 
-def test_is_causal_with_longer_keys_is_refused_by_attend():
-    q, k, v = qkv(1, 2, 4, S_kv=5)
-    with pytest.raises(ValueError, match=r"S=2 and S_kv=5.*causal_mask\(S, S_kv\)"):
-        attend(q, k, v, is_causal=True)
-    with pytest.raises(ValueError, match="is_causal"):
-        attend(q, k, v, is_causal=True, explicit=True)
+@pytest.mark.parametrize("S,S_kv", [(2, 5), (1, 6), (3, 3), (5, 3)])
+def test_attend_is_causal_with_other_key_lengths_is_aligned_at_the_end(S, S_kv):
+    """attend handles S != S_kv causally like explicit_attention and sdpa_attention: the queries are the last S."""
+    q, k, v = qkv(1, 2, S, 4, S_kv=S_kv)
+    ref_ctx, ref_w = reference(q, k, v, causal_mask(S, S_kv))
+    for impl in attention_impls():
+        ctx, w = attend(q, k, v, is_causal=True, attn_impl=impl)
+        assert torch.allclose(ctx.double(), ref_ctx, atol=1e-5), impl
+        if w is not None:
+            assert torch.allclose(w.double(), ref_w, atol=1e-6)
 
 
 def test_lower_level_functions_agree_on_causal_with_longer_keys():
     q, k, v = qkv(2, 3, 4, S_kv=7)
     ctx_e, _ = explicit_attention(q, k, v, is_causal=True)
-    ctx_f = fused_attention(q, k, v, is_causal=True)
+    ctx_f = sdpa_attention(q, k, v, is_causal=True)
     ref_ctx, _ = reference(q, k, v, causal_mask(3, 7))
     assert torch.allclose(ctx_e.double(), ref_ctx, atol=1e-5)
     assert torch.allclose(ctx_f.double(), ref_ctx, atol=1e-5)
@@ -183,7 +196,7 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients(explicit):
     q, k, v = (t.requires_grad_(True) for t in qkv(B, NH, S, HS))
     # left padding with the causal rule: the first S - length queries see nothing
     mask = padding_mask([2, 4], left=True)[:, None, None, :]  # (B, 1, 1, S_kv)
-    ctx, w = attend(q, k, v, mask, explicit=explicit, is_causal=True)
+    ctx, w = attend(q, k, v, mask, is_causal=True, attn_impl="explicit" if explicit else "sdpa")
     assert bool(ctx.isfinite().all())
     assert bool((ctx[0, :, :2] == 0).all())
     assert not bool((ctx[0, :, 2:] == 0).all()) and not bool((ctx[1] == 0).all())
@@ -199,7 +212,7 @@ def test_fully_masked_everything_gives_zeros_on_both_paths():
     q, k, v = qkv(2, 3, 4)
     mask = torch.zeros(2, 3, 3, dtype=torch.bool)
     for explicit in (False, True):
-        ctx, _ = attend(q, k, v, mask, explicit=explicit)
+        ctx, _ = attend(q, k, v, mask, attn_impl="explicit" if explicit else "sdpa")
         assert torch.equal(ctx, torch.zeros_like(ctx))
 
 
@@ -210,3 +223,101 @@ def test_explicit_weights_are_before_dropout():
     ctx_drop, w_drop = explicit_attention(q, k, v, dropout_p=0.5)
     assert torch.equal(w_plain, w_drop)
     assert not torch.allclose(ctx_plain, ctx_drop)
+
+
+# --- the mask's dtype and device: a clear error on every entry point, never a silent wrong answer ---------------------
+
+
+@pytest.mark.parametrize("entry", ["explicit_attention", "sdpa_attention", "attend-sdpa", "attend-explicit"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8, torch.float16])
+def test_every_entry_point_refuses_a_non_bool_mask(entry, dtype):
+    """SDPA would *add* a float 0/1 mask to the scores: a wrong answer with no error. Every entry refuses it."""
+    q, k, v = qkv(2, 3, 4)
+    mask = torch.ones(2, 3, 3, dtype=dtype)
+    call = {
+        "explicit_attention": lambda: explicit_attention(q, k, v, mask),
+        "sdpa_attention": lambda: sdpa_attention(q, k, v, mask),
+        "attend-sdpa": lambda: attend(q, k, v, mask),
+        "attend-explicit": lambda: attend(q, k, v, mask, attn_impl="explicit"),
+    }[entry]
+    with pytest.raises(TypeError, match=rf"mask must be .*torch.bool.*got dtype {dtype}"):
+        call()
+
+
+@pytest.mark.parametrize("entry", [explicit_attention, sdpa_attention, attend])
+def test_a_mask_on_another_device_is_refused(entry):
+    q, k, v = qkv(2, 3, 4)
+    mask = torch.ones(2, 3, 3, dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match=r"mask must be on the device of the queries \(cpu\), got a mask on meta"):
+        entry(q, k, v, mask)
+
+
+# --- the registry of paths ----------------------------------------------------------------------------------------
+
+
+def test_attend_refuses_an_unknown_path():
+    q, k, v = qkv(2, 3, 4)
+    with pytest.raises(ValueError, match=r"attn_impl must be one of \(.*'sdpa'.*'explicit'.*\), got 'fast'"):
+        attend(q, k, v, attn_impl="fast")
+
+
+def test_a_registered_path_is_selectable_by_name():
+    calls = []
+
+    def recording(q, k, v, mask, dropout_p, is_causal):
+        calls.append((mask is None, dropout_p, is_causal))
+        return explicit_attention(q, k, v, mask, dropout_p, is_causal)
+
+    register_attention_impl("recording-test", recording)
+    try:
+        q, k, v = qkv(2, 3, 4)
+        ctx, w = attend(q, k, v, is_causal=True, attn_impl="recording-test")
+        assert calls == [(True, 0.0, True)] and w is not None
+        assert torch.allclose(ctx, attend(q, k, v, is_causal=True)[0], atol=1e-5)
+    finally:
+        from attention_lib import functional
+
+        functional._ATTENTION_IMPLS.pop("recording-test")
+
+
+@pytest.mark.parametrize("name,fn,error", [("", explicit_attention, ValueError), ("x", 3, TypeError)])
+def test_register_refuses_bad_arguments(name, fn, error):
+    with pytest.raises(error):
+        register_attention_impl(name, fn)
+
+
+# --- odd arguments of the mask builders ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "lengths,match",
+    [
+        ([], "one or more whole numbers"),
+        (torch.tensor([2.5, 4.0]), "whole numbers"),
+        ([2.0, 1.0], "whole numbers"),
+        (torch.tensor([True, False]), "whole numbers"),
+    ],
+)
+def test_padding_mask_refuses_lengths_that_are_not_whole_numbers(lengths, match):
+    with pytest.raises(ValueError, match=match):
+        padding_mask(lengths)
+
+
+@pytest.mark.parametrize("seq_len,error", [(4.5, TypeError), (0, ValueError), (-2, ValueError), (True, TypeError)])
+def test_padding_mask_refuses_odd_seq_len(seq_len, error):
+    with pytest.raises(error, match="seq_len must be an int >= 1"):
+        padding_mask([1, 2], seq_len=seq_len)
+
+
+@pytest.mark.parametrize(
+    "args,error", [((-1,), ValueError), ((0,), ValueError), ((2.0,), TypeError), ((3, -1), ValueError)]
+)
+def test_causal_mask_refuses_odd_lengths(args, error):
+    with pytest.raises(error, match=r"(q_len|kv_len) must be an int >= 1"):
+        causal_mask(*args)
+
+
+def test_mask_builders_accept_numpy_ints():
+    np = pytest.importorskip("numpy")
+    assert torch.equal(padding_mask(np.array([1, 3]), seq_len=np.int64(4)), padding_mask([1, 3], seq_len=4))
+    assert torch.equal(causal_mask(np.int32(3), np.int64(5)), causal_mask(3, 5))

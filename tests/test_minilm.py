@@ -23,13 +23,13 @@ def test_model_is_the_expected_bert(minilm):
 
 
 @pytest.mark.parametrize("layer_index", range(6))
-@pytest.mark.parametrize("fused", [True, False])
-def test_every_layer_matches_with_padding(minilm, layer_index, fused):
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+def test_every_layer_matches_with_padding(minilm, layer_index, impl):
     model, tokenizer = minilm
     h_in, mask, target, tokens = attention_io(model, tokenizer, SENTENCES, layer_index)
     assert not mask.all() and mask.any(1).all()  # a padded batch: one sentence shorter than the other
     layer = attention_from_bert_layer(model.encoder.layer[layer_index])
-    layer.fused = fused
+    layer.attn_impl = impl
     with torch.no_grad():
         out = layer(h_in, mask)  # (B, S, C)
     assert out.shape == target.shape == (2, len(tokens[0]), 384)

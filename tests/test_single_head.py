@@ -38,11 +38,11 @@ def random_mask(B: int, S: int, generator: torch.Generator) -> torch.Tensor:
 
 @pytest.mark.parametrize("B,S,C", [(1, 1, 4), (2, 5, 8), (3, 7, 32), (2, 16, 64)])
 @pytest.mark.parametrize("bias", [True, False])
-@pytest.mark.parametrize("fused", [True, False])
-def test_matches_reference(B, S, C, bias, fused):
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+def test_matches_reference(B, S, C, bias, impl):
     torch.manual_seed(B * 100 + S)
     layer = SingleHeadAttention(C, bias=bias)
-    layer.fused = fused
+    layer.attn_impl = impl
     x = torch.randn(B, S, C)
     ref, _ = reference(layer, x)
     assert torch.allclose(layer(x).double(), ref, atol=1e-5)
@@ -71,8 +71,8 @@ def test_full_3d_mask_and_fully_masked_rows():
     mask = random_mask(B, S, g)
     mask[0, 2] = False  # make sure at least one query sees nothing
     ref, ref_w = reference(layer, x, mask)
-    for fused in (True, False):
-        layer.fused = fused
+    for impl in ("sdpa", "explicit"):
+        layer.attn_impl = impl
         out = layer(x, mask)
         assert not out.isnan().any()
         assert torch.allclose(out.double(), ref, atol=1e-5)
@@ -111,10 +111,10 @@ def test_gradients_reach_every_parameter_without_nan():
     x = torch.randn(2, 5, 16, requires_grad=True)
     mask = torch.ones(2, 5, 5, dtype=torch.bool)
     mask[1, 3] = False  # a blind query must not produce NaN gradients
-    for fused in (True, False):
+    for impl in ("sdpa", "explicit"):
         layer.zero_grad()
         x.grad = None
-        layer.fused = fused
+        layer.attn_impl = impl
         layer(x, mask).pow(2).sum().backward()
         for name, p in layer.named_parameters():
             assert p.grad is not None and p.grad.abs().sum() > 0, name
@@ -127,8 +127,8 @@ def test_gradcheck_float64():
     layer = SingleHeadAttention(8).double()
     x = torch.randn(2, 4, 8, dtype=torch.float64, requires_grad=True)
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
-    for fused in (True, False):
-        layer.fused = fused
+    for impl in ("sdpa", "explicit"):
+        layer.attn_impl = impl
         assert torch.autograd.gradcheck(lambda t: layer(t, mask), (x,))
 
 
