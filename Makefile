@@ -39,7 +39,7 @@ check-export: install
 	$(PY) scripts/export.py --check
 
 lint: install
-	$(VENV)/bin/ruff check attention_lib tests notebooks benchmarks scripts
+	$(VENV)/bin/ruff check attention_lib tests notebooks benchmarks scripts solutions
 
 test-unit: install
 	$(VENV)/bin/pytest -v tests
