@@ -21,9 +21,15 @@ Time
 ----
 Both callables run in this process, interleaved: after `warmup` untimed calls of each, every round times one call
 of each back to back, alternating which goes first (at least `min_repeats` rounds; more, up to `max_repeats`, while
-a row stays within `budget_s` seconds). The time ratio of a row is the median over the rounds of
-time(ours) / time(theirs) within the round: both calls of a round see the same load from other processes, and the
-median ignores the rounds disturbed the most. The times shown are the medians of each side.
+a row stays within `budget_s` seconds).
+
+One statistic decides and is quoted: the **paired ratio**, the median over the rounds of time(ours) / time(theirs)
+within the round. Both calls of a round see the same load from other processes, so the paired ratio cancels most
+of a shared machine's drift, and the median ignores the rounds disturbed the most. A row passes the time check when
+its paired ratio is at most `max_time_ratio`. Beside it the table shows what each side measured on its own: the
+median time of ours and of theirs with their interquartile range (IQR, the middle half of the rounds), and the
+ratio of those two medians. When the ratio of medians and the paired ratio fall on different sides of 1 the rounds
+were too disturbed to tell the two apart, and the table says "unclear" in the column `medians agree`.
 
 Memory
 ------
@@ -42,12 +48,15 @@ for page granularity and allocator bookkeeping).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import datetime
 import gc
 import importlib.util
 import inspect
 import json
 import os
+import platform
 import re
 import resource
 import statistics
@@ -78,21 +87,49 @@ class Row:
     budget_s: float = 4.0
 
 
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(first quartile, median, third quartile) of `values`; the middle half of them lies between the quartiles."""
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
 @dataclass
 class Result:
     row: Row
     time_ours: float  # median seconds
     time_theirs: float
-    time_ratio: float  # median over rounds of ours / theirs
+    time_ratio: float  # the paired ratio: median over rounds of ours / theirs (decides, and is quoted)
     repeats: int
-    mem_ours: int | None  # peak bytes
+    mem_ours: int | None  # peak bytes; None when memory was not measured
     mem_theirs: int | None
+    times_ours: list[float] = field(default_factory=list)  # seconds, one per round
+    times_theirs: list[float] = field(default_factory=list)
+
+    @property
+    def memory_measured(self) -> bool:
+        return self.mem_ours is not None and self.mem_theirs is not None
 
     @property
     def memory_ratio(self) -> float | None:
-        if self.mem_ours is None or not self.mem_theirs:
+        if not self.memory_measured or not self.mem_theirs:
             return None
         return self.mem_ours / self.mem_theirs
+
+    @property
+    def ratios(self) -> list[float]:
+        """time(ours) / time(theirs) of each round."""
+        return [a / b for a, b in zip(self.times_ours, self.times_theirs, strict=True)]
+
+    @property
+    def ratio_of_medians(self) -> float:
+        return self.time_ours / self.time_theirs
+
+    @property
+    def medians_agree(self) -> bool:
+        """The ratio of the medians falls on the same side of 1 as the paired ratio (ties count as agreeing)."""
+        return (self.ratio_of_medians - 1) * (self.time_ratio - 1) >= 0
 
     @property
     def time_ok(self) -> bool:
@@ -100,10 +137,9 @@ class Result:
 
     @property
     def memory_ok(self) -> bool:
-        if self.row.max_memory_ratio is None:
+        """Peak memory within the allowed ratio; a row whose memory was not measured (--no-memory) passes it."""
+        if self.row.max_memory_ratio is None or not self.memory_measured:
             return True
-        if self.mem_ours is None or self.mem_theirs is None:
-            return False
         return self.mem_ours <= self.row.max_memory_ratio * self.mem_theirs + MEMORY_SLACK
 
     @property
@@ -187,8 +223,8 @@ def rows_of(module) -> list[Row]:
 
 def time_pair(
     ours: Callable[[], object], theirs: Callable[[], object], row: Row
-) -> tuple[float, float, float, int]:
-    """Interleaved timing in one process; returns (median s of ours, of theirs, median ratio per round, rounds)."""
+) -> tuple[list[float], list[float]]:
+    """Interleaved timing in one process; returns the seconds of each round, (ours, theirs)."""
     for _ in range(row.warmup):
         ours()
         theirs()
@@ -215,8 +251,7 @@ def time_pair(
     finally:
         if gc_was_enabled:
             gc.enable()
-    ratios = [a / b for a, b in zip(times_ours, times_theirs, strict=True)]
-    return statistics.median(times_ours), statistics.median(times_theirs), statistics.median(ratios), len(ratios)
+    return times_ours, times_theirs
 
 
 def peak_memory(row: Row, which: str) -> int:
@@ -257,32 +292,118 @@ def _measure_memory_here(make_file: str, qualname: str, params_json: str, which:
 
 def run_row(row: Row, memory: bool = True) -> Result:
     ours, theirs = row.make(**row.params)
-    t_ours, t_theirs, ratio, n = time_pair(ours, theirs, row)
+    times_ours, times_theirs = time_pair(ours, theirs, row)
     del ours, theirs
     gc.collect()
     m_ours = peak_memory(row, "ours") if memory else None
     m_theirs = peak_memory(row, "theirs") if memory else None
-    return Result(row, t_ours, t_theirs, ratio, n, m_ours, m_theirs)
+    ratios = [a / b for a, b in zip(times_ours, times_theirs, strict=True)]
+    return Result(
+        row, statistics.median(times_ours), statistics.median(times_theirs), statistics.median(ratios),
+        len(ratios), m_ours, m_theirs, times_ours, times_theirs,
+    )
+
+
+def verdict(r: Result) -> str:
+    if not r.time_ok:
+        return "NO (time)"
+    if not r.memory_ok:
+        return "NO (memory)"
+    return "yes" if r.memory_measured or r.row.max_memory_ratio is None else "yes (time only)"
 
 
 def format_table(results: list[Result]) -> str:
-    """A markdown table: median times in ms, ratios ours/theirs (below 1: ours faster or smaller), peaks in MiB."""
+    """A markdown table: per side the median ms [IQR], the paired ratio [IQR] that decides, the ratio of the
+    medians, and peak memory in MiB. Ratios are ours / theirs: below 1, ours is faster or smaller."""
+
+    def ms(times):
+        q1, q2, q3 = quartiles(times)
+        return f"{q2 * 1e3:.1f} [{q1 * 1e3:.1f}–{q3 * 1e3:.1f}]"
 
     def mib(b):
         return "-" if b is None else f"{b / 2**20:.0f}"
 
     lines = [
-        "| row | ours ms | theirs ms | time ratio | ours peak MiB | theirs peak MiB | memory ratio | ok |",
-        "|---|---:|---:|---:|---:|---:|---:|:-:|",
+        "| row | rounds | ours ms, median [IQR] | theirs ms, median [IQR] | paired time ratio, median [IQR] "
+        "| ratio of medians | medians agree | ours peak MiB | theirs peak MiB | memory ratio | ok |",
+        "|---|---:|---:|---:|---:|---:|:-:|---:|---:|---:|:-:|",
     ]
     for r in results:
+        q1, q2, q3 = quartiles(r.ratios)
         mem_ratio = "-" if r.memory_ratio is None else f"{r.memory_ratio:.2f}"
-        verdict = "yes" if r.ok else ("NO (time)" if not r.time_ok else "NO (memory)")
         lines.append(
-            f"| {r.row.name} | {r.time_ours * 1e3:.1f} | {r.time_theirs * 1e3:.1f} | {r.time_ratio:.2f} | "
-            f"{mib(r.mem_ours)} | {mib(r.mem_theirs)} | {mem_ratio} | {verdict} |"
+            f"| {r.row.name} | {r.repeats} | {ms(r.times_ours)} | {ms(r.times_theirs)} | "
+            f"{q2:.2f} [{q1:.2f}–{q3:.2f}] | {r.ratio_of_medians:.2f} | {'yes' if r.medians_agree else 'unclear'} | "
+            f"{mib(r.mem_ours)} | {mib(r.mem_theirs)} | {mem_ratio} | {verdict(r)} |"
         )
     return "\n".join(lines)
+
+
+def environment() -> dict:
+    """What a reader needs to judge or repeat a run: versions, CPU, threads, the commit measured, the load."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+        return done.stdout.strip() if done.returncode == 0 else ""
+
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        found = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+        cpu = found.group(1).strip() if found else platform.processor() or "unknown"
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": git("rev-parse", "--short=10", "HEAD") or "unknown",
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "logical_cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "load_average_1_5_15_min": [round(v, 2) for v in load],
+    }
+
+
+def format_environment(env: dict) -> str:
+    dirty = " (with uncommitted changes)" if env["dirty"] else ""
+    load = " / ".join(f"{v:.2f}" for v in env["load_average_1_5_15_min"])
+    return (
+        f"{env['date']}; commit {env['commit']}{dirty}; torch {env['torch']}, Python {env['python']}; "
+        f"CPU {env['cpu']}, {env['logical_cpus']} logical CPUs, torch threads {env['torch_threads']}; "
+        f"load average before the run {load} (1 / 5 / 15 min)"
+    )
+
+
+def results_json(env: dict, results: list[Result], seconds: float) -> dict:
+    """Everything a run measured, raw round times included, for benchmarks/results/."""
+    return {
+        "environment": env,
+        "seconds": round(seconds, 1),
+        "statistic": "paired time ratio = median over rounds of time(ours) / time(theirs); it decides pass/fail",
+        "rows": [
+            {
+                "name": r.row.name,
+                "params": r.row.params,
+                "rounds": r.repeats,
+                "ours_ms": [round(t * 1e3, 3) for t in r.times_ours],
+                "theirs_ms": [round(t * 1e3, 3) for t in r.times_theirs],
+                "ours_median_ms": round(r.time_ours * 1e3, 3),
+                "theirs_median_ms": round(r.time_theirs * 1e3, 3),
+                "paired_ratio": round(r.time_ratio, 4),
+                "paired_ratio_quartiles": [round(v, 4) for v in quartiles(r.ratios)],
+                "ratio_of_medians": round(r.ratio_of_medians, 4),
+                "max_time_ratio": r.row.max_time_ratio,
+                "ours_peak_mib": None if r.mem_ours is None else round(r.mem_ours / 2**20, 1),
+                "theirs_peak_mib": None if r.mem_theirs is None else round(r.mem_theirs / 2**20, 1),
+                "memory_ratio": None if r.memory_ratio is None else round(r.memory_ratio, 4),
+                "max_memory_ratio": r.row.max_memory_ratio,
+                "ok": r.ok,
+                "verdict": verdict(r),
+            }
+            for r in results
+        ],
+    }
 
 
 if __name__ == "__main__":

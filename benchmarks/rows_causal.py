@@ -33,7 +33,7 @@ def _layers(S: int):
     mha = nn.MultiheadAttention(C, NH, batch_first=True)
     ours = CausalAttention.from_torch(mha, context_size=S)
     x = torch.randn(B, S, C)  # (B, S, C)
-    future = ~causal_mask(S)  # (S, S): True = do not attend, nn.MultiheadAttention's convention
+    future = ~causal_mask(S)[0]  # (S, S): True = do not attend, nn.MultiheadAttention's convention
     return ours, mha, x, future
 
 

@@ -1,9 +1,14 @@
 """`make bench`: run every benchmark row of benchmarks/rows_*.py, print one table, fail if ours loses anywhere.
 
-    .venv/bin/python benchmarks/run.py              # all rows
+    .venv/bin/python benchmarks/run.py              # all rows; the run is recorded in benchmarks/results/
     .venv/bin/python benchmarks/run.py -k forward   # rows whose name contains "forward"
-    .venv/bin/python benchmarks/run.py --no-memory  # skip the (slower) memory measurements
+    .venv/bin/python benchmarks/run.py --no-memory  # time only: skip the (slower) memory measurements
+    .venv/bin/python benchmarks/run.py --no-save    # print, do not record
 
+The run prints its environment first (date, commit, torch, CPU, threads, load), then one line per row and a table
+with, per side, the median time and its interquartile range, the paired time ratio that decides pass/fail, the
+ratio of the medians, and peak memory. The same text goes to benchmarks/results/<date>-<commit>.md and every
+measured round to the .json beside it: the README and the notebooks quote such a recorded run.
 How rows are written, timed and measured: see the docstring of benchmarks/harness.py.
 Exit status 1 when any row is slower than its allowed time ratio or uses more peak memory than allowed.
 """
@@ -11,12 +16,12 @@ Exit status 1 when any row is slower than its allowed time ratio or uses more pe
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 
-import torch
-from harness import format_table, load_module, rows_of, run_row
+from harness import environment, format_environment, format_table, load_module, results_json, rows_of, run_row
 
 HERE = Path(__file__).resolve().parent
 
@@ -25,24 +30,41 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-k", default="", help="only rows whose name contains this text")
     parser.add_argument("--no-memory", action="store_true", help="time only")
+    parser.add_argument("--no-save", action="store_true", help="do not record the run in benchmarks/results/")
     args = parser.parse_args()
     rows = [row for path in sorted(HERE.glob("rows_*.py")) for row in rows_of(load_module(path))]
     rows = [row for row in rows if args.k in row.name]
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {len(rows)} rows; "
-          "ratios are ours / theirs (below 1: ours faster or smaller)", flush=True)
+    env = environment()
+    lines = [
+        f"environment: {format_environment(env)}",
+        f"{len(rows)} rows{'' if args.k == '' else f' (-k {args.k!r})'}"
+        + ("; memory not measured (--no-memory)" if args.no_memory else ""),
+        "ratios are ours / theirs (below 1: ours faster or smaller); the paired time ratio (median over rounds of "
+        "ours / theirs in the same round) decides pass/fail",
+    ]
+    for line in lines:
+        print(line, flush=True)
     results = []
     started = time.perf_counter()
     for row in rows:
         result = run_row(row, memory=not args.no_memory)
         results.append(result)
-        print(f"  {row.name}: time ratio {result.time_ratio:.2f} over {result.repeats} rounds"
+        print(f"  {row.name}: ours {result.time_ours * 1e3:.1f} ms, theirs {result.time_theirs * 1e3:.1f} ms "
+              f"(medians of {result.repeats} rounds), paired time ratio {result.time_ratio:.2f}"
               + ("" if result.memory_ratio is None else f", memory ratio {result.memory_ratio:.2f}"), flush=True)
-    print()
-    print(format_table(results))
+    seconds = time.perf_counter() - started
     failed = [r.row.name for r in results if not r.ok]
-    print(f"\n{len(results) - len(failed)}/{len(results)} rows pass in {time.perf_counter() - started:.0f} s")
-    for name in failed:
-        print(f"FAILED: {name}")
+    report = [*lines, "", format_table(results), "",
+              f"{len(results) - len(failed)}/{len(results)} rows pass in {seconds:.0f} s",
+              *(f"FAILED: {name}" for name in failed)]
+    print("\n" + "\n".join(report[len(lines):]))
+    if not args.no_save:
+        out = HERE / "results"
+        out.mkdir(exist_ok=True)
+        stem = f"{env['date'][:10]}-{env['commit']}{'-dirty' if env['dirty'] else ''}"
+        (out / f"{stem}.md").write_text("\n".join(report) + "\n")
+        (out / f"{stem}.json").write_text(json.dumps(results_json(env, results, seconds), indent=1) + "\n")
+        print(f"recorded in {(out / stem).relative_to(HERE.parent)}.md and .json")
     return 1 if failed else 0
 
 
