@@ -6,7 +6,7 @@ Every module but this one is generated from the notebooks by nbdev; edit the not
 from .bidirectional import AttentionBase, BidirectionalAttention
 from .causal import CausalAttention, KVCache
 from .checks import check_input, check_probability, check_size, prepare_mask
-from .cross import ContextKV, CrossAttention
+from .cross import ContextKV, CrossAttention, DecoderBlock
 from .functional import (
     attend,
     attention_impls,
@@ -37,6 +37,7 @@ __all__ = [
     "ContextKV",
     "CrossAttention",
     "CausalAttention",
+    "DecoderBlock",
     "KVCache",
     "SingleHeadAttention",
     "attend",

@@ -44,18 +44,23 @@ def main() -> int:
     ]
     for line in lines:
         print(line, flush=True)
-    results = []
+    results, errors = [], []
     started = time.perf_counter()
     for row in rows:
-        result = run_row(row, memory=not args.no_memory)
+        try:
+            result = run_row(row, memory=not args.no_memory)
+        except Exception as err:  # one broken row must not lose the measurements of the others
+            errors.append((row.name, f"{type(err).__name__}: {err}".strip().splitlines()[-1]))
+            print(f"  {row.name}: ERROR {errors[-1][1]}", flush=True)
+            continue
         results.append(result)
         print(f"  {row.name}: ours {result.time_ours * 1e3:.1f} ms, theirs {result.time_theirs * 1e3:.1f} ms "
               f"(medians of {result.repeats} rounds), paired time ratio {result.time_ratio:.2f}"
               + ("" if result.memory_ratio is None else f", memory ratio {result.memory_ratio:.2f}"), flush=True)
     seconds = time.perf_counter() - started
-    failed = [r.row.name for r in results if not r.ok]
+    failed = [r.row.name for r in results if not r.ok] + [f"{name} ({error})" for name, error in errors]
     report = [*lines, "", format_table(results), "",
-              f"{len(results) - len(failed)}/{len(results)} rows pass in {seconds:.0f} s",
+              f"{len(rows) - len(failed)}/{len(rows)} rows pass in {seconds:.0f} s",
               *(f"FAILED: {name}" for name in failed)]
     print("\n" + "\n".join(report[len(lines):]))
     if not args.no_save:
@@ -63,7 +68,9 @@ def main() -> int:
         out.mkdir(exist_ok=True)
         stem = f"{env['date'][:10]}-{env['commit']}{'-dirty' if env['dirty'] else ''}"
         (out / f"{stem}.md").write_text("\n".join(report) + "\n")
-        (out / f"{stem}.json").write_text(json.dumps(results_json(env, results, seconds), indent=1) + "\n")
+        record = results_json(env, results, seconds)
+        record["errors"] = [{"name": name, "error": error} for name, error in errors]
+        (out / f"{stem}.json").write_text(json.dumps(record, indent=1) + "\n")
         print(f"recorded in {(out / stem).relative_to(HERE.parent)}.md and .json")
     return 1 if failed else 0
 

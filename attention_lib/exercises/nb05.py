@@ -1,0 +1,130 @@
+"""Graders of the exercises of notebook 05 (cross attention and the decoder block)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._grading import Hint, expect_close, expect_shape, expect_tensor, grader
+
+__all__ = ["check_05_1", "check_05_2", "check_05_3"]
+
+
+def _cross(x, context, Wq, Wkv, Wo, num_heads, mask):
+    """The reference (and its usual mistakes): cross attention with an explicit softmax; mask (S, S_kv)-broadcast."""
+    B, S, C = x.shape
+    S_kv, HS = context.shape[1], C // num_heads
+    q = Wq(x).reshape(B, S, num_heads, HS).transpose(1, 2)  # (B, NH, S, HS)
+    k, v = Wkv(context).reshape(B, S_kv, 2, num_heads, HS).permute(2, 0, 3, 1, 4)  # 2 x (B, NH, S_kv, HS)
+    scores = q @ k.transpose(-2, -1) / HS**0.5  # (B, NH, S, S_kv)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return Wo((scores.softmax(-1) @ v).transpose(1, 2).reshape(B, S, C))  # (B, S, C)
+
+
+@grader("05.1")
+def check_05_1(cross_attention) -> str:
+    """cross_attention(x, context, Wq, Wkv, Wo, num_heads, context_mask) -> (B, S, C)."""
+    torch.manual_seed(0)
+    B, S, S_kv, C, C_kv, NH = 2, 3, 5, 8, 12, 2
+    Wq, Wkv, Wo = nn.Linear(C, C), nn.Linear(C_kv, 2 * C), nn.Linear(C, C)
+    x, context = torch.randn(B, S, C), torch.randn(B, S_kv, C_kv)  # (B, S, C), (B, S_kv, C_kv)
+    real = torch.arange(S_kv)[None, :] < torch.tensor([5, 4])[:, None]  # (B, S_kv): True = real context token
+    with torch.no_grad():
+        got = cross_attention(x.clone(), context.clone(), Wq, Wkv, Wo, NH, real.clone())
+        got = expect_shape(expect_tensor(got, "the output"), (B, S, C), "the output").detach()
+        pad = real[:, None, None, :]  # (B, 1, 1, S_kv)
+        ones = torch.ones(S, S_kv, dtype=torch.bool)
+        mistakes = [
+            (pad & ones.tril(), "it is causal: query i only sees context tokens 0..i. Cross attention is not "
+                                "causal: the whole source is known, so every query may see every real context token."),
+            (pad & ones.tril(S_kv - S), "it is causal (aligned at the end of the keys). Cross attention is not "
+                                        "causal: every query may see every real context token."),
+            (None, "the context's padding is not masked: the padded context tokens get weight. Hide them with the "
+                   "(B, S_kv) mask, as (B, 1, 1, S_kv)."),
+            (~pad, "the mask is inverted: True means a real context token, which may be attended."),
+        ]
+        for mask, hint in mistakes:
+            if torch.allclose(got, _cross(x, context, Wq, Wkv, Wo, NH, mask), atol=1e-5):
+                raise Hint(hint)
+        expected = _cross(x, context, Wq, Wkv, Wo, NH, pad)  # (B, S, C)
+    expect_close(got, expected, "the output", why="Wq reads x, Wkv reads the context and is laid out [k | v]; "
+                 "split both into heads of HS = C // num_heads and scale by √HS.")
+    return "queries from x, keys and values from the context, its padding hidden, no triangle."
+
+
+@grader("05.2")
+def check_05_2(block_forward) -> str:
+    """block_forward(block, x, context) -> block(x, context), from the block's parts."""
+    from attention_lib import DecoderBlock
+
+    torch.manual_seed(0)
+    block = DecoderBlock(16, 4, 32, context_size=6).eval()
+    with torch.no_grad():
+        for norm in (block.norm1, block.norm2, block.norm3):  # norms that are not the identity, so order shows
+            norm.weight.uniform_(0.5, 1.5), norm.bias.uniform_(-0.5, 0.5)
+    x, context = torch.randn(2, 5, 16), torch.randn(2, 7, 16)  # (B, S, C), (B, S_kv, C)
+    with torch.no_grad():
+        expected = block(x, context)  # (B, S, C)
+
+        def refuse(*args, **kwargs):
+            raise Hint("compute the block from its parts (norm1..3, self_attn, cross_attn, ffn), not with block(...)")
+
+        block.forward = refuse
+        try:
+            got = block_forward(block, x.clone(), context.clone())
+        finally:
+            del block.forward
+        got = expect_shape(expect_tensor(got, "the output"), (2, 5, 16), "the output").detach()
+        b = block
+        post = b.norm1(x + b.self_attn(x))
+        post = b.norm2(post + b.cross_attn(post, context))
+        post = b.norm3(post + b.ffn(post))  # (B, S, C): post-norm
+        if torch.allclose(got, post, atol=1e-5):
+            raise Hint("that is the post-norm block, norm(x + f(x)). Pre-norm normalises each sub-layer's input and "
+                       "adds the residual unnormalised: x = x + f(norm(x)).")
+        h = b.norm1(x)
+        h = h + b.self_attn(h)
+        h2 = b.norm2(h)
+        h2 = h2 + b.cross_attn(h2, context)
+        h3 = b.norm3(h2)
+        if torch.allclose(got, h3 + b.ffn(h3), atol=1e-5):
+            raise Hint("the residual carries norm(x) instead of x: add the sub-layer's output to x itself, "
+                       "x = x + f(norm(x)).")
+        h = b.self_attn(b.norm1(x))
+        h = b.cross_attn(b.norm2(h), context)
+        if torch.allclose(got, b.ffn(b.norm3(h)), atol=1e-5):
+            raise Hint("there is no residual connection: each sub-layer's output is added to its input, "
+                       "x = x + f(norm(x)).")
+    expect_close(got, expected, "the output", why="Three steps, each x = x + f(norm_i(x)): self_attn, cross_attn "
+                 "(with the context), ffn.")
+    return "pre-norm, three residual sub-layers, in order."
+
+
+@grader("05.3")
+def check_05_3(decode_queries) -> str:
+    """decode_queries(layer, x (B, S, C), context) -> (B, S, C), one query at a time, the context projected once."""
+    from attention_lib import CrossAttention
+
+    torch.manual_seed(0)
+    layer = CrossAttention(8, 2, kv_hidden_size=12).eval()
+    x, context = torch.randn(2, 4, 8), torch.randn(2, 5, 12)  # (B, S, C), (B, S_kv, C_kv)
+    with torch.no_grad():
+        expected = layer(x, context)  # (B, S, C)
+    kv_calls, q_lengths = [], []
+    hooks = [layer.Wkv.register_forward_hook(lambda mod, args, out: kv_calls.append(1)),
+             layer.Wq.register_forward_hook(lambda mod, args, out: q_lengths.append(args[0].shape[1]))]
+    try:
+        with torch.no_grad():
+            got = decode_queries(layer, x.clone(), context.clone())
+    finally:
+        for hook in hooks:
+            hook.remove()
+    got = expect_shape(expect_tensor(got, "the output"), (2, 4, 8), "the output").detach()
+    expect_close(got, expected, "the output", why="Each query's output must equal the full forward's row.")
+    if any(n != 1 for n in q_lengths):
+        raise Hint(f"the queries went through Wq in groups of {q_lengths}: decode them one at a time, x[:, t:t+1].")
+    if len(kv_calls) != 1:
+        raise Hint(f"the context was projected {len(kv_calls)} times. It does not change between steps: "
+                   "project it once with layer.project_context(context) and pass the ContextKV to every step.")
+    return "one query per step, the context projected once."
