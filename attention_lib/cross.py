@@ -199,10 +199,8 @@ def from_torch(cls: CrossAttention, mha: nn.MultiheadAttention, **kwargs) -> Cro
     return layer.load_from_torch(mha).train(mha.training)
 
 # %% ../notebooks/05_cross.ipynb #f0080579
-@patch
-@torch.no_grad()
-def load_from_torch(self: DecoderBlock, layer: nn.TransformerDecoderLayer) -> DecoderBlock:
-    """Copy the weights of `nn.TransformerDecoderLayer(..., norm_first=True, batch_first=True)` (ReLU) in place."""
+def _check_torch_decoder_layer(layer: nn.Module) -> None:
+    """Refuse a PyTorch layer that `DecoderBlock` does not compute: it must be pre-norm, batch-first, ReLU."""
     if not isinstance(layer, nn.TransformerDecoderLayer):
         raise TypeError(f"layer must be a torch.nn.TransformerDecoderLayer, got {type(layer).__name__}")
     relu = layer.activation is F.relu or isinstance(layer.activation, nn.ReLU)
@@ -212,6 +210,13 @@ def load_from_torch(self: DecoderBlock, layer: nn.TransformerDecoderLayer) -> De
             f"batch-first, ReLU), got norm_first={layer.norm_first}, batch_first={layer.self_attn.batch_first}, "
             f"activation={getattr(layer.activation, '__name__', layer.activation)}"
         )
+
+
+@patch
+@torch.no_grad()
+def load_from_torch(self: DecoderBlock, layer: nn.TransformerDecoderLayer) -> DecoderBlock:
+    """Copy the weights of `nn.TransformerDecoderLayer(..., norm_first=True, batch_first=True)` (ReLU) in place."""
+    _check_torch_decoder_layer(layer)
     self.self_attn.load_from_torch(layer.self_attn)
     self.cross_attn.load_from_torch(layer.multihead_attn)
     self.ffn[0].load_state_dict(layer.linear1.state_dict())
@@ -220,10 +225,11 @@ def load_from_torch(self: DecoderBlock, layer: nn.TransformerDecoderLayer) -> De
         mine.load_state_dict(theirs.state_dict())
     return self
 
-
+# %% ../notebooks/05_cross.ipynb #798a2508
 @patch(cls_method=True)
 def from_torch(cls: DecoderBlock, layer: nn.TransformerDecoderLayer, context_size: int) -> DecoderBlock:
     """A new block computing what `layer` computes (its sizes, dropout, LayerNorm eps, dtype, device and mode)."""
+    _check_torch_decoder_layer(layer)
     C, NH = layer.self_attn.embed_dim, layer.self_attn.num_heads
     block = cls(C, NH, layer.linear1.out_features, context_size, dropout=layer.dropout.p,
                 bias=layer.linear1.bias is not None, eps=layer.norm1.eps)
