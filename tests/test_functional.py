@@ -12,6 +12,7 @@ from attention_lib.functional import (
     attention_impls,
     causal_mask,
     explicit_attention,
+    masked_softmax,
     padding_mask,
     register_attention_impl,
     sdpa_attention,
@@ -214,6 +215,22 @@ def test_fully_masked_everything_gives_zeros_on_both_paths():
     for explicit in (False, True):
         ctx, _ = attend(q, k, v, mask, attn_impl="explicit" if explicit else "sdpa")
         assert torch.equal(ctx, torch.zeros_like(ctx))
+
+
+@pytest.mark.parametrize("mask_shape", [(2, 4, 6), (2, 1, 6), (6,), (1, 4, 6)])
+def test_masked_softmax_matches_the_reference_and_never_gives_nan(mask_shape):
+    g = torch.Generator().manual_seed(3)
+    scores = 3 * torch.randn(2, 4, 6, generator=g)  # (B, S, S_kv)
+    mask = torch.rand(mask_shape, generator=g) > 0.5
+    if len(mask_shape) == 3:
+        mask[0, 0] = False  # a row that sees nothing
+    w = masked_softmax(scores, mask)
+    e = (scores - scores.amax(-1, keepdim=True)).double().exp() * mask.expand_as(scores)
+    total = e.sum(-1, keepdim=True)
+    expected = torch.where(total > 0, e / total.clamp_min(1e-300), torch.zeros_like(e))  # (B, S, S_kv)
+    assert w.shape == scores.shape and bool(w.isfinite().all())
+    assert torch.allclose(w.double(), expected, atol=1e-6)
+    assert torch.equal(masked_softmax(scores), scores.softmax(dim=-1))
 
 
 def test_explicit_weights_are_before_dropout():

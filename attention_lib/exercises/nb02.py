@@ -1,0 +1,146 @@
+"""Graders for the exercises of notebook 02 (the single-head forward pass)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .. import functional
+from ..functional import attend, causal_mask, explicit_attention, padding_mask, register_attention_impl
+from ..single_head import SingleHeadAttention
+from ._grading import Hint, expect_close, expect_shape, expect_tensor, grader
+
+__all__ = ["check_02_1", "check_02_2", "check_02_3"]
+
+
+@grader("02.1")
+def check_02_1(split_qkv) -> str:
+    """`split_qkv(qkv, head_size)` returns (q, k, v), the three consecutive blocks of the last axis."""
+    B, S, HS = 2, 3, 4
+    qkv = torch.arange(B * S * 3 * HS).reshape(B, S, 3 * HS).float()  # (B, S, 3 * HS): numbers show positions
+    parts = split_qkv(qkv.clone(), HS)
+    if not isinstance(parts, tuple | list) or len(parts) != 3:
+        raise Hint("return a tuple (q, k, v) of three tensors.")
+    for name, got, lo in zip("qkv", parts, (0, HS, 2 * HS), strict=True):
+        got = expect_tensor(got, name)
+        if tuple(got.shape) != (B, S, HS):
+            raise Hint(f"{name} should have shape (B, S, HS) = {(B, S, HS)}, got {tuple(got.shape)}: split the "
+                       "last axis, the features, not the tokens.")
+        expected = qkv[..., lo : lo + HS]  # (B, S, HS)
+        if not torch.equal(got, expected):
+            shown = got[0, 0].int().tolist()
+            raise Hint(f"{name} of token 0 holds the numbers at positions {shown} of its row of qkv, but the layout "
+                       f"[q | k | v] puts {name} at positions {list(range(lo, lo + HS))}. Reshape the last axis to "
+                       "(3, HS), not (HS, 3), and unbind dim 2.")
+    return "q, k and v are the consecutive blocks [0:HS], [HS:2HS], [2HS:3HS] of every token's row."
+
+
+def _layers(C: int, seed: int) -> tuple[nn.Linear, nn.Linear]:
+    g = torch.Generator().manual_seed(seed)
+    HS = C // 4
+    Wqkv, Wo = nn.Linear(C, 3 * HS), nn.Linear(HS, C)
+    with torch.no_grad():
+        for p in (*Wqkv.parameters(), *Wo.parameters()):
+            p.copy_(torch.randn(p.shape, generator=g))
+    return Wqkv, Wo
+
+
+def _steps(x, Wqkv, Wo, mask, scale: bool = True):
+    """The seven steps, with a mask already shaped to broadcast against (B, S, S_kv)."""
+    HS = Wo.in_features
+    q, k, v = Wqkv(x).split(HS, dim=-1)  # each (B, S, HS)
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(HS) if scale else 1.0)  # (B, S, S_kv)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return Wo(scores.softmax(dim=-1) @ v)  # (B, S, C)
+
+
+@grader("02.2")
+def check_02_2(forward) -> str:
+    """`forward(x, Wqkv, Wo, mask=None)` is single-head attention's output (B, S, C), mask a (B, S_kv) padding."""
+    C, B, S = 8, 2, 4
+    Wqkv, Wo = _layers(C, seed=5)
+    x = torch.randn(B, S, C, generator=torch.Generator().manual_seed(6))  # (B, S, C)
+    layer = SingleHeadAttention(C)
+    layer.load_state_dict({"Wqkv.weight": Wqkv.weight, "Wqkv.bias": Wqkv.bias, "Wo.weight": Wo.weight,
+                           "Wo.bias": Wo.bias})
+    pad = padding_mask([4, 2])  # (B, S_kv): sequence 1 has two padded keys
+    with torch.no_grad():
+        for mask in (None, pad):
+            what = "without a mask" if mask is None else "with the padding mask [[1, 1, 1, 1], [1, 1, 0, 0]]"
+            got = forward(x.clone(), Wqkv, Wo, None if mask is None else mask.clone())
+            got = expect_tensor(got, f"forward(...) {what}")
+            if tuple(got.shape) == (B, S, C // 4):
+                raise Hint(f"the output has the head's width HS = {C // 4}: project it back to C = {C} with Wo.")
+            got = expect_shape(got, (B, S, C), f"forward(...) {what}")
+            expected = layer(x, mask)  # (B, S, C)
+            if torch.allclose(got, expected, atol=1e-4):
+                continue
+            m = None if mask is None else mask[:, None, :]  # (B, 1, S_kv)
+            if torch.allclose(got, _steps(x, Wqkv, Wo, m, scale=False), atol=1e-4):
+                raise Hint(f"you forgot to scale the scores by 1/√HS (here 1/√{C // 4}) before the softmax.")
+            if mask is not None and bool(got.isnan().any()):
+                raise Hint("NaN in the output: a row of scores that is all -inf gives NaN. A padding mask (B, S_kv) "
+                           "hides keys, the columns: spread it over the rows with mask[:, None, :], not "
+                           "mask[:, :, None], which hides whole query rows.")
+            if mask is not None and torch.allclose(got, _steps(x, Wqkv, Wo, None), atol=1e-4):
+                raise Hint("the output does not change with the mask: the padded keys must get weight 0 (set their "
+                           "scores to -inf before the softmax).")
+            raise Hint(f"{what} the output is off by up to {(got - expected).abs().max().item():.3g}. Check each "
+                       "step against the notebook: split [q | k | v], q @ kᵀ / √HS, softmax over the last axis, "
+                       "@ v, Wo.")
+    return "your seven steps equal SingleHeadAttention, with and without a padding mask."
+
+
+@grader("02.3")
+def check_02_3(path) -> str:
+    """`path(q, k, v, mask, dropout_p, is_causal)` returns (context, weights or None) like explicit_attention."""
+    g = torch.Generator().manual_seed(7)
+    B, S, HS = 2, 4, 3
+    q, k, v = torch.randn(3, B, S, HS, generator=g).unbind(0)  # each (B, S, HS)
+    blind = torch.ones(B, S, S, dtype=torch.bool)  # (B, S, S_kv)
+    blind[0, 2] = False  # query 2 of sequence 0 sees nothing
+    cases = [
+        ("no mask", None, False),
+        ("a padding mask (B, 1, S_kv)", padding_mask([4, 2])[:, None, :], False),
+        ("a query that sees no key", blind, False),
+        ("is_causal=True", None, True),
+        ("a padding mask and is_causal=True", padding_mask([3, 4])[:, None, :], True),
+    ]
+    for what, mask, is_causal in cases:
+        answer = path(q.clone(), k.clone(), v.clone(), None if mask is None else mask.clone(), 0.0, is_causal)
+        if not isinstance(answer, tuple | list) or len(answer) != 2:
+            raise Hint("a path returns a pair (context, weights or None).")
+        context = expect_tensor(answer[0], f"the context with {what}")
+        expected, expected_w = explicit_attention(q, k, v, mask, 0.0, is_causal)  # (B, S, HS), (B, S, S_kv)
+        if bool(context.isnan().any()):
+            raise Hint(f"NaN in the context with {what}: a query that sees no key must get zero weights and a zero "
+                       "context (give its row finite scores before the softmax, then zero its weights).")
+        if is_causal and torch.allclose(context, explicit_attention(q, k, v, mask)[0], atol=1e-5):
+            raise Hint("is_causal=True must hide the future: query i may see keys 0..i only (AND the mask).")
+        if mask is not None and torch.allclose(context, explicit_attention(q, k, v, None, 0.0, is_causal)[0],
+                                               atol=1e-5):
+            raise Hint(f"the context with {what} is the one without the mask: hide the keys where the mask is False.")
+        if mask is not None and torch.allclose(context, explicit_attention(q, k, v, ~mask, 0.0, is_causal)[0],
+                                               atol=1e-5):
+            raise Hint("True must mean 'may attend': you hid the visible keys.")
+        expect_close(context, expected, f"the context with {what}", atol=1e-5,
+                     why="Compare your scores, weights and context with explicit_attention step by step.")
+        if answer[1] is not None:
+            expect_close(answer[1], expected_w, f"the weights with {what}", atol=1e-5,
+                         why="The weights are the softmax over the keys, (B, S, S_kv), before any dropout.")
+    name = "exercise-02.3"
+    register_attention_impl(name, path)
+    try:  # the path works inside a layer
+        layer = SingleHeadAttention(8)
+        x = torch.randn(B, S, 8, generator=g)  # (B, S, C)
+        layer.attn_impl = name
+        mine = layer(x, padding_mask([4, 3]))  # (B, S, C)
+        layer.attn_impl = "explicit"
+        expect_close(mine, layer(x, padding_mask([4, 3])), "SingleHeadAttention's output on your path", atol=1e-5)
+        expect_shape(attend(q, k, v, causal_mask(S), attn_impl=name)[0], (B, S, HS), "attend's context on your path")
+    finally:
+        functional._ATTENTION_IMPLS.pop(name, None)
+    return "your path follows the contract (mask, causal rule, zeros for a blind query) and runs inside a layer."
