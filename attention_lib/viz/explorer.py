@@ -30,8 +30,8 @@ def _controls(kinds: Sequence[str], kind: str, view: str, tokens: str, context: 
     """The explorer's widgets by name. Sliders and text boxes report once, when released or on Enter."""
     import ipywidgets as widgets
 
-    def look(width: str, **style) -> dict:
-        return {"style": {"description_width": "82px", **style}, "layout": widgets.Layout(width=width)}
+    def look(width: str, display: str | None = None, **style) -> dict:
+        return {"style": {"description_width": "82px", **style}, "layout": widgets.Layout(width=width, display=display)}
 
     def choice(name: str) -> widgets.Dropdown:
         return widgets.Dropdown(options=[("0", 0)], value=0, description=name, **look("160px"))
@@ -40,11 +40,11 @@ def _controls(kinds: Sequence[str], kind: str, view: str, tokens: str, context: 
     return {
         "kind": widgets.Dropdown(options=list(kinds), value=kind, description="kind", **look("240px")),
         "layer": choice("layer"), "head": choice("head"), "layer_b": choice("B: layer"), "head_b": choice("B: head"),
-        "view": widgets.ToggleButtons(options=list(VIEWS), value=view, description="view", **look("450px", button_width="80px")),
+        "view": widgets.ToggleButtons(options=list(VIEWS), value=view, description="view", **look("520px", "flex", button_width="80px")),
         "tokens": widgets.Text(value=tokens, description="tokens", **lazy, **look("600px")),
         "context_tokens": widgets.Text(value=context, description="context", **lazy, **look("600px")),
         "pad": widgets.IntSlider(value=0, min=0, max=0, description="padding", **lazy, **look("280px")),
-        "pad_side": widgets.ToggleButtons(options=["right", "left"], description="pad side", **look("230px", button_width="56px")),
+        "pad_side": widgets.ToggleButtons(options=["right", "left"], description="pad side", **look("260px", "flex", button_width="56px")),
         "temperature": widgets.SelectionSlider(options=sorted({*TEMPERATURES, float(temperature)}), value=float(temperature),
                                                description="temperature", **lazy, **look("300px")),
     }
@@ -115,8 +115,8 @@ class _Controls:
         shown = {"layer": len(stack) > 1, "head": len(c["head"].options) > 1 and view != "all heads",
                  "layer_b": len(stack) > 1 and view == "compare", "head_b": view == "compare",
                  "context_tokens": kind.cross, "pad": c["pad"].max > 0, "pad_side": c["pad"].value > 0}
-        for name, visible in shown.items():
-            c[name].layout.display = None if visible else "none"
+        for name, visible in shown.items():  # toggle buttons need "flex" to keep their label beside the buttons
+            c[name].layout.display = ("flex" if name == "pad_side" else None) if visible else "none"
 
     def _on_change(self, change) -> None:
         if not self._quiet:  # changes made by _sync or set are theirs to redraw, once

@@ -32,7 +32,7 @@ def mask_table(mask: Tensor, S: int | None = None, S_kv: int | None = None, batc
     (S_kv,): one row of keys; (B, S_kv): always a padding mask, row `batch` for every query; (B, S, S_kv), such as
     causal_mask's (1, S, S_kv); (B, NH, S, S_kv). Size-1 dims broadcast. bool only: a cast would invert an additive mask.
     """
-    m = torch.as_tensor(mask).detach().cpu()
+    m = torch.as_tensor(mask).detach().cpu()  # (S_kv,), (B, S_kv), (B, S, S_kv) or (B, NH, S, S_kv)
     if m.dtype != torch.bool:
         raise TypeError(f"mask must have dtype torch.bool (True = may attend), got {m.dtype}; "
                         "for an additive mask (0 = visible, -inf = hidden) pass `mask == 0`")
@@ -53,7 +53,7 @@ __all__ = ['Labels', 'MAX_INCHES', 'LABEL_MAX', 'mask_table', 'weights_table', '
 # %% ../../notebooks/06_visualisation.ipynb #d280429e
 def weights_table(weights: Tensor, batch: int = 0, head: int = 0) -> Tensor:
     """One head's (S, S_kv) weights out of (S, S_kv), (B, S, S_kv) (one head) or (B, NH, S, S_kv); CPU float."""
-    w = torch.as_tensor(weights).detach().cpu().float()
+    w = torch.as_tensor(weights).detach().cpu().float()  # (S, S_kv), (B, S, S_kv) or (B, NH, S, S_kv)
     if w.ndim not in (2, 3, 4):
         raise ValueError(f"weights must have shape (S, S_kv), (B, S, S_kv) or (B, NH, S, S_kv), got {tuple(w.shape)}")
     w = _pick(w, batch, "batch", "weights") if w.ndim > 2 else w  # ([NH,] S, S_kv)

@@ -91,7 +91,8 @@ def score_temperature(layer: nn.Module, T: float) -> Iterator[nn.Module]:
         yield layer
         return
     projection, n = _query_projection(layer)
-    hook = projection.register_forward_hook(lambda module, args, out: torch.cat([out[..., :n] / T, out[..., n:]], -1))
+    hook = projection.register_forward_hook(  # out: (B, S, out_features), the first n of them the queries
+        lambda module, args, out: torch.cat([out[..., :n] / T, out[..., n:]], -1))
     try:
         yield layer
     finally:
@@ -100,12 +101,13 @@ def score_temperature(layer: nn.Module, T: float) -> Iterator[nn.Module]:
 
 def word_vectors(words: Sequence[str], hidden_size: int, seed: int = 0) -> Tensor:
     """(S, C): a fixed random vector per word (same word, same vector) plus sinusoidal positions."""
-    rows = [torch.randn(hidden_size, generator=torch.Generator().manual_seed(zlib.crc32(w.encode()) + seed)) for w in words]
+    rows = [torch.randn(hidden_size, generator=torch.Generator().manual_seed(zlib.crc32(w.encode()) + seed))
+            for w in words]  # S x (C,)
     x = torch.stack(rows) if rows else torch.zeros(0, hidden_size)  # (S, C)
     frequency = torch.exp(-math.log(1e4) * torch.arange(0, hidden_size, 2) / hidden_size)  # (ceil(C / 2),)
     angles = torch.arange(len(words))[:, None] * frequency  # (S, ceil(C / 2))
     encoding = torch.zeros(len(words), hidden_size)  # (S, C)
-    encoding[:, 0::2], encoding[:, 1::2] = torch.sin(angles), torch.cos(angles)[:, : hidden_size // 2]
+    encoding[:, 0::2], encoding[:, 1::2] = torch.sin(angles), torch.cos(angles)[:, : hidden_size // 2]  # (S, C)
     return x + encoding  # (S, C)
 
 # %% ../../notebooks/06_visualisation.ipynb #babf14d9
