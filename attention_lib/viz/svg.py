@@ -33,7 +33,7 @@ def _width(text: str, size: int = FONT) -> int:
 
 def _text(x: float, y: float, text: object, cls: str = "", anchor: str = "start", css: str = "") -> str:
     attributes = (f' class="{cls}"' if cls else "") + (f' style="{css}"' if css else "")
-    return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{attributes}>{_esc(text)}</text>'
+    return f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"{attributes}>{_esc(str(text))}</text>'
 
 
 def _key_labels(x0: float, y: float, cell: float, keys: Sequence[str], cls: str = "") -> str:
