@@ -9,7 +9,7 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: install lab notebooks export check-export lint test test-unit test-notebooks bench clean
+.PHONY: install lab notebooks export check-export lint test test-unit test-notebooks bench bench-explorer clean
 
 install: $(STAMP)
 
@@ -51,6 +51,11 @@ test: lint check-export test-unit test-notebooks
 
 bench: install
 	$(PY) benchmarks/run.py
+
+# How fast the attention explorer redraws, in Python and in JupyterLab with Chromium: a record, not a pass/fail check.
+# The report goes to benchmarks/results/explorer.txt, which the README quotes.
+bench-explorer: install
+	$(PY) benchmarks/explorer.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts build *.egg-info

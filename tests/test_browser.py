@@ -1,288 +1,176 @@
-"""End to end in a real browser: JupyterLab serves a notebook with the explorer, headless Chromium runs it.
+"""End to end in a real browser: JupyterLab and Notebook 7 serve a notebook with the explorer; headless Chromium
+runs it.
 
-The test starts JupyterLab (from this environment) on 127.0.0.1, on a free port, with a token and a temporary root
-directory holding a small notebook that shows an `AttentionExplorer`. Playwright drives Debian's Chromium: it runs
-all cells, waits until the kernel is idle and the picture has settled (the PNG shown in the page is the one whose
-hash the status line announces), moves the padding slider with the keyboard, switches the kind to causal, and
-checks after each step that the picture changed and is exactly the PNG that the same explorer settings give in this
-process. It then opens the same notebook in the Notebook 7 interface of the same server, runs it again and switches
-to cross attention. Screenshots go to test-artifacts/. The server is stopped by its process id whatever happens.
+The explorer runs a stack of three seeded random layers on 16 tokens (S = 16, the longest it shows), so that every
+view and the layer selector are there. In JupyterLab the test switches the layer, the head, the view (all heads,
+lines, compare), the kind, the padding (keyboard on the slider) and the tokens (typing), and after each change checks
+that the page shows the picture the same explorer draws in this process for the same settings (its digest), then
+hovers tokens in the lines view and checks with the browser's computed styles that only the hovered token's lines
+are visible. Bad input (a 17th token) must leave a message and the last picture, faded. In Notebook 7 it runs the
+notebook again and drives cross attention in the lines view. Each change's latency (from the input event to the
+painted picture) goes to test-artifacts/browser-latency.json, screenshots to test-artifacts/ (a record, not a timed
+test: the benchmark is benchmarks/explorer.py).
 
 Without /usr/bin/chromium the test is skipped, unless ATTENTION_REQUIRE_BROWSER=1 (CI), which makes it fail.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
-import os
-import re
-import secrets
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from browser import (
+    act,
+    choose,
+    chromium,
+    control,
+    jupyter_lab,
+    need_browser,
+    open_notebook,
+    press,
+    slide,
+    type_text,
+    wait_for_picture,
+)
 
 pytestmark = pytest.mark.browser
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-]
-SETTINGS = {"hidden_size": 16, "num_heads": 4, "max_len": 8}  # the explorer of the notebook, rebuilt here to compare
-NOTEBOOK_SOURCE = f"""from attention_lib.viz import explore_attention
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+TOKENS = "the quick brown fox jumps over the lazy dog while the cat sleeps on a mat"  # 16 tokens
+SOURCE = f"""import torch
+from attention_lib import BidirectionalAttention
+from attention_lib.viz import explore_attention
 
-explorer = explore_attention(**{SETTINGS!r})
+torch.manual_seed(0)
+layers = [BidirectionalAttention(16, 4) for _ in range(3)]
+explorer = explore_attention(layers, tokens={TOKENS!r}, hidden_size=16, num_heads=4)
 explorer"""
 
-# What the page shows: the status line's data attributes and the SHA-256 of the PNG the <img> displays.
-READ_STATE = """async () => {
-  const img = document.querySelector('img.attn-explorer-image');
-  const status = document.querySelector('.attn-explorer-status');
-  if (!img || !status || !img.src || !img.complete || img.naturalWidth === 0) return null;
-  const bytes = await (await fetch(img.src)).arrayBuffer();
-  const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', bytes));
-  const shown = Array.from(digest, (b) => b.toString(16).padStart(2, '0')).join('');
-  return {...status.dataset, shown, text: status.textContent, width: img.naturalWidth, height: img.naturalHeight};
+# Which lines are visible, by the browser's own CSS, in each token group of the lines picture.
+VISIBLE_LINES = """() => {
+  const count = (sel) => Array.from(document.querySelectorAll(sel)).map(
+    (g) => Array.from(g.querySelectorAll('line')).filter((l) => getComputedStyle(l).visibility === 'visible').length);
+  return {queries: count('.attn-lines .by-q > g'), keys: count('.attn-lines .by-k > g'),
+          values: Array.from(document.querySelectorAll('.attn-lines .val')).filter(
+            (t) => getComputedStyle(t).visibility === 'visible').length};
 }"""
 
 
-def _need_browser() -> None:
-    required = os.environ.get("ATTENTION_REQUIRE_BROWSER") == "1"
-    problem = None
-    if not CHROMIUM.exists():
-        problem = f"Chromium not found at {CHROMIUM} (install Debian's chromium: apt-get install -y chromium)"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            problem = "the playwright Python package is not installed (pip install -e '.[test]')"
-    if problem and required:
-        pytest.fail(f"browser test required (ATTENTION_REQUIRE_BROWSER=1) but cannot run: {problem}")
-    if problem:
-        pytest.skip(f"browser test skipped: {problem}")
+def expected_digest(**settings) -> str:
+    """The digest of the picture this explorer draws for these settings, in this process."""
+    import torch
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _write_notebook(path: Path) -> None:
-    code = {"cell_type": "code", "id": "explorer", "execution_count": None, "metadata": {}, "outputs": [],
-            "source": NOTEBOOK_SOURCE}  # fmt: skip
-    title = {"cell_type": "markdown", "id": "title", "metadata": {}, "source": "# The attention explorer"}
-    notebook = {
-        "cells": [title, code],
-        "metadata": {
-            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-            "language_info": {"name": "python"},
-        },
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    path.write_text(json.dumps(notebook))
-
-
-def _get_json(url: str):
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.loads(response.read())
-
-
-def _start_lab(tmp: Path, port: int, token: str) -> tuple[subprocess.Popen, Path]:
-    """JupyterLab from this environment, isolated config/runtime dirs, no announcements pop-up."""
-    for name in ("config/labconfig", "runtime", "data", "ipython", "workspaces", "settings", "root"):
-        (tmp / name).mkdir(parents=True, exist_ok=True)
-    page_config = {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}
-    (tmp / "config/labconfig/page_config.json").write_text(json.dumps(page_config))
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(tmp / "config"),
-        "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
-        "JUPYTER_DATA_DIR": str(tmp / "data"),
-        "IPYTHONDIR": str(tmp / "ipython"),
-        "MPLBACKEND": "Agg",
-    }
-    command = [
-        sys.executable, "-m", "jupyterlab",
-        "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--port-retries=0",
-        f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={tmp / 'root'}",
-        f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
-        f"--LabApp.user_settings_dir={tmp / 'settings'}",
-    ]  # fmt: skip
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        command.append("--allow-root")
-    log = tmp / "jupyterlab.log"
-    with open(log, "wb") as out:
-        server = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    return server, log
-
-
-def _stop(server: subprocess.Popen) -> None:
-    """Stop the server (and the kernel it started, same process group) by its process id."""
-    if server.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(server.pid, signal.SIGTERM)
-    try:
-        server.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGKILL)
-        server.wait(timeout=5)
-
-
-def _wait_until(what: str, check, timeout: float, interval: float = 0.25):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}; last seen: {last!r}")
-
-
-def _expected_png(**controls) -> bytes:
-    """The PNG an explorer with the notebook's settings draws for these control values, computed here."""
+    from attention_lib import BidirectionalAttention
     from attention_lib.viz import explore_attention
 
-    explorer = explore_attention(**SETTINGS)
-    with explorer.hold():
-        for name, value in controls.items():
-            explorer.controls[name].value = value
-    return explorer.image.value
+    torch.manual_seed(0)
+    layers = [BidirectionalAttention(16, 4) for _ in range(3)]
+    explorer = explore_attention(layers, tokens=TOKENS, hidden_size=16, num_heads=4)
+    explorer.set(**settings)
+    digest = explorer._attrs["digest"]
+    explorer.close()
+    return digest
 
 
-def test_explorer_in_jupyterlab(tmp_path):
-    _need_browser()
-    from playwright.sync_api import sync_playwright
+def check_lines_hover(page, shot: str) -> None:
+    """Hover a query, then a key: only that token's lines stay visible (and their values appear)."""
+    lines = page.locator(".attn-lines")
+    still = page.evaluate(VISIBLE_LINES)
+    assert sum(still["queries"]) > 0 and sum(still["keys"]) == 0 and still["values"] == 0
+    lines.locator(".by-q > g .tok").nth(3).hover()
+    hovered = page.evaluate(VISIBLE_LINES)
+    assert hovered["queries"][3] == still["queries"][3] > 0 and sum(hovered["queries"]) == hovered["queries"][3]
+    assert hovered["values"] == hovered["queries"][3]
+    page.locator(".attn-picture").screenshot(path=str(ARTIFACTS / f"{shot}-hover-query.png"))
+    lines.locator(".by-k > g .tok").nth(1).hover()
+    hovered = page.evaluate(VISIBLE_LINES)
+    assert sum(hovered["queries"]) == 0 and sum(hovered["keys"]) == hovered["keys"][1] > 0
+    page.locator(".attn-picture").screenshot(path=str(ARTIFACTS / f"{shot}-hover-key.png"))
+    page.mouse.move(0, 0)
 
+
+class Reader:
+    """Acts on the explorer of one page and records how long each change took to be painted."""
+
+    def __init__(self, page):
+        self.page, self.latencies = page, {}
+
+    def step(self, name: str, action, condition, settings: dict) -> dict:
+        """Do `action`; the page must then show exactly the picture this process draws for `settings`."""
+        state = act(self.page, action, condition)
+        assert state["stale"] == "0" and state["message"] == "", state
+        assert state["digest"] == expected_digest(**settings), f"{name}: the page does not show the expected picture"
+        self.latencies.setdefault(name, []).append(state["latency_ms"])
+        return state
+
+
+def in_jupyterlab(reader: Reader) -> dict:
+    """Every view, the layer and head selectors, hover in the lines view, the kind, typing, the padding slider, and bad
+    input; returns the first picture's state."""
+    page, step = reader.page, reader.step
+    start = wait_for_picture(page, lambda s: s["view"] == "weights")
+    explorer = page.locator(".attn-explorer")
+    explorer.screenshot(path=str(ARTIFACTS / "lab-1-weights-S16.png"))
+    assert start["seqLen"] == "16" and start["layer"] == "0" and start["digest"] == expected_digest()
+    assert not control(page, "context").is_visible() and not control(page, "pad side").is_visible()
+    assert start["width"] < 1000  # shown at its natural size, inside the notebook, nothing scaled or clipped
+    step("layer", lambda: choose(page, "layer", "2"), lambda s: s["layer"] == "2", {"layer": 2})
+    step("head", lambda: choose(page, "head", "3"), lambda s: s["head"] == "3", {"layer": 2, "head": 3})
+    base = {"layer": 2, "head": 3}
+    step("view", lambda: press(page, "view", "all heads"), lambda s: s["view"] == "all heads",
+         {**base, "view": "all heads"})
+    assert not control(page, "head").is_visible()  # it does not apply: every head is shown
+    page.locator(".attn-picture").screenshot(path=str(ARTIFACTS / "lab-2-all-heads-S16.png"))
+    step("view", lambda: press(page, "view", "lines"), lambda s: s["view"] == "lines", {**base, "view": "lines"})
+    check_lines_hover(page, "lab-3-lines-S16")
+    step("view", lambda: press(page, "view", "compare"), lambda s: s["view"] == "compare", {**base, "view": "compare"})
+    base["head_b"] = 1
+    step("head", lambda: choose(page, "B: head", "1"), lambda s: s["headB"] == "1", {**base, "view": "compare"})
+    page.locator(".attn-picture").screenshot(path=str(ARTIFACTS / "lab-4-compare-S16.png"))
+    step("view", lambda: press(page, "view", "weights"), lambda s: s["view"] == "weights", base)
+    base["kind"] = "causal"
+    step("kind", lambda: choose(page, "kind", "causal"), lambda s: s["kind"] == "causal", base)
+    base["tokens"] = "a short causal sentence"
+    step("tokens", lambda: type_text(page, "tokens", base["tokens"]), lambda s: s["seqLen"] == "4", base)
+    step("padding", lambda: slide(page, "padding"), lambda s: s["pad"] == "1", {**base, "pad": 1})
+    state = step("padding", lambda: slide(page, "padding"), lambda s: s["pad"] == "2", {**base, "pad": 2})
+    assert state["mask"] == "100000/110000/111000/111100/111100/111100" and control(page, "pad side").is_visible()
+    explorer.screenshot(path=str(ARTIFACTS / "lab-5-causal-padding.png"))
+    bad = act(page, lambda: type_text(page, "tokens", TOKENS + " again"), lambda s: s["stale"] == "1")
+    assert "at most max_len = 16" in bad["message"] and bad["digest"] == state["digest"]  # the last picture, faded
+    explorer.screenshot(path=str(ARTIFACTS / "lab-6-bad-input.png"))
+    return start
+
+
+def in_notebook_7(reader: Reader, start: dict) -> None:
+    """The same notebook run again in Notebook 7: a fresh explorer, then cross attention in the lines view."""
+    page, step = reader.page, reader.step
+    fresh = wait_for_picture(page, lambda s: s["pad"] == "0" and s["kind"] == "bidirectional")
+    assert fresh["digest"] == start["digest"]
+    step("kind", lambda: choose(page, "kind", "cross"), lambda s: s["kind"] == "cross", {"kind": "cross"})
+    assert control(page, "context").is_visible() and not control(page, "layer").is_visible()  # one cross layer
+    step("view", lambda: press(page, "view", "lines"), lambda s: s["view"] == "lines",
+         {"kind": "cross", "view": "lines"})
+    check_lines_hover(page, "notebook7-cross-lines")
+    state = step("view", lambda: press(page, "view", "all heads"), lambda s: s["view"] == "all heads",
+                 {"kind": "cross", "view": "all heads"})
+    page.locator(".attn-explorer").screenshot(path=str(ARTIFACTS / "notebook7-cross-all-heads.png"))
+    assert state["kvLen"] == "7"
+
+
+def test_every_view_in_jupyterlab_and_notebook_7(tmp_path):
+    need_browser(pytest)
     ARTIFACTS.mkdir(exist_ok=True)
-    port, token = _free_port(), secrets.token_hex(16)
-    base = f"http://127.0.0.1:{port}"
-    server, log = _start_lab(tmp_path, port, token)
-    _write_notebook(tmp_path / "root" / "explorer.ipynb")
-    try:
-        _wait_until(
-            "JupyterLab to answer",
-            lambda: server.poll() is None and _status_ok(f"{base}/api/status?token={token}"),
-            timeout=45,
-        )
-
-        def kernel_idle() -> bool:
-            kernels = _get_json(f"{base}/api/kernels?token={token}")
-            return bool(kernels) and all(k["execution_state"] == "idle" for k in kernels)
-
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 900})
-                page.goto(f"{base}/lab/tree/explorer.ipynb?token={token}")
-                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=45_000)
-                _wait_until("the kernel to start and be idle", kernel_idle, timeout=45)
-
-                page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-                page.locator("li.lm-Menu-item[data-command='runmenu:run-all']").click()
-
-                def settled(previous_sha: str | None = None):
-                    """The page shows the announced PNG, the kernel is idle, and nothing changed for a moment."""
-                    first = page.evaluate(READ_STATE)
-                    if not first or first["shown"] != first["pngSha256"] or first["shown"] == previous_sha:
-                        return None
-                    time.sleep(0.4)
-                    second = page.evaluate(READ_STATE)
-                    return second if second == first and kernel_idle() else None
-
-                start = _wait_until("the explorer's first picture", settled, timeout=45)
-                explorer = page.locator(".attn-explorer")
-                explorer.screenshot(path=str(ARTIFACTS / "explorer-1-start.png"))
-                assert start["kind"] == "bidirectional" and start["pad"] == "0"
-                assert start["mask"] == "/".join(["111111"] * 6)
-                assert start["width"] > 300 and start["height"] > 150
-                assert start["shown"] == hashlib.sha256(_expected_png()).hexdigest()
-
-                # Move the padding slider two steps right with the keyboard, as a reader would.
-                slider = page.locator(".widget-hslider", has=page.locator("label", has_text=re.compile(r"^padding$")))
-                handle = slider.locator(".noUi-handle")
-                handle.focus()
-                handle.press("ArrowRight")
-                handle.press("ArrowRight")
-                padded = _wait_until(
-                    "the picture with 2 padding tokens",
-                    lambda: (s := settled(start["shown"])) and s["pad"] == "2" and s,
-                    timeout=30,
-                )
-                explorer.screenshot(path=str(ARTIFACTS / "explorer-2-padding.png"))
-                assert padded["kind"] == "bidirectional"
-                assert padded["mask"] == "/".join(["111100"] * 6)
-                assert padded["shown"] == hashlib.sha256(_expected_png(pad=2)).hexdigest()
-
-                # Switch the kind to causal: the mask becomes the lower triangle AND the padding.
-                kind = page.locator(".widget-dropdown", has=page.locator("label", has_text=re.compile(r"^kind$")))
-                kind.locator("select").select_option("causal")
-                causal = _wait_until(
-                    "the causal picture",
-                    lambda: (s := settled(padded["shown"])) and s["kind"] == "causal" and s,
-                    timeout=30,
-                )
-                explorer.screenshot(path=str(ARTIFACTS / "explorer-3-causal.png"))
-                page.screenshot(path=str(ARTIFACTS / "jupyterlab-causal.png"), full_page=True)
-                assert causal["mask"] == "100000/110000/111000/111100/111100/111100"
-                assert causal["text"].startswith("causal")
-                assert causal["shown"] == hashlib.sha256(_expected_png(pad=2, kind="causal")).hexdigest()
-                assert len({start["shown"], padded["shown"], causal["shown"]}) == 3
-
-                # Notebook 7 (served by the same server) renders the same explorer without any extra build.
-                page.goto(f"{base}/notebooks/explorer.ipynb?token={token}")
-                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=45_000)
-                _wait_until("the kernel to be idle", kernel_idle, timeout=30)
-                page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-                page.locator("li.lm-Menu-item[data-command='runmenu:run-all']").click()
-                fresh = _wait_until(
-                    "Notebook 7's fresh explorer", lambda: (s := settled()) and s["pad"] == "0" and s, timeout=45
-                )
-                assert fresh["shown"] == start["shown"]  # a new explorer, back at the start values
-                page.locator(".widget-dropdown", has=page.locator("label", has_text=re.compile(r"^kind$"))).locator(
-                    "select"
-                ).select_option("cross")
-                cross = _wait_until(
-                    "the cross picture in Notebook 7",
-                    lambda: (s := settled(fresh["shown"])) and s["kind"] == "cross" and s,
-                    timeout=30,
-                )
-                page.locator(".attn-explorer").screenshot(path=str(ARTIFACTS / "notebook7-cross.png"))
-                assert cross["seqLen"] == "6" and cross["kvLen"] == "7" and cross["mask"] == "/".join(["1" * 7] * 6)
-                assert cross["shown"] == hashlib.sha256(_expected_png(kind="cross")).hexdigest()
-            finally:
-                browser.close()
-    except BaseException:
-        print(log.read_text(errors="replace")[-4000:], file=sys.stderr)
-        raise
-    finally:
-        _stop(server)
-    assert server.poll() is not None
-
-
-def _status_ok(url: str) -> bool:
-    try:
-        _get_json(url)
-        return True
-    except OSError:
-        return False
+    with jupyter_lab(tmp_path, {"explorer.ipynb": SOURCE}) as lab, chromium() as browser:
+        reader = Reader(open_notebook(browser, lab, "explorer.ipynb"))
+        try:
+            start = in_jupyterlab(reader)
+            open_notebook(browser, lab, "explorer.ipynb", ui="notebooks", page=reader.page)
+            in_notebook_7(reader, start)
+        except BaseException:
+            reader.page.screenshot(path=str(ARTIFACTS / "browser-failure.png"), full_page=True)
+            raise
+    record = {name: [round(ms, 1) for ms in values] for name, values in reader.latencies.items()}
+    (ARTIFACTS / "browser-latency.json").write_text(json.dumps(record, indent=1))
+    assert all(ms > 0 for values in reader.latencies.values() for ms in values)

@@ -1,34 +1,46 @@
-"""Tests of attention_lib.viz: the static plots and the explorer, driven from Python as a reader drives it."""
+"""Tests of attention_lib.viz: the picture rule, the static plots, the SVG pictures and the explorer, driven from
+Python as a reader drives it. Written for ipywidgets 7 (Colab's 7.7.1) and 8 alike: tests/test_colab.py runs this file
+under 7.7.1 too."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 import torch
+from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from attention_lib import causal_mask, padding_mask
 from attention_lib.bidirectional import BidirectionalAttention
 from attention_lib.single_head import SingleHeadAttention
 from attention_lib.viz import (
+    KINDS,
     MASK_CMAP,
-    PAD,
     AttentionExplorer,
     attention_view,
     explore_attention,
-    padded_tokens,
     plot_cross_attention,
     plot_heads,
     plot_mask,
     plot_view,
     plot_weights,
+    register_kind,
     score_temperature,
+    weights_norm,
     word_vectors,
+    writes_values,
 )
+from attention_lib.viz.plots import MAX_INCHES, mask_table
+from attention_lib.viz.style import HIDDEN, hex_colours, shows_mask
+from attention_lib.viz.svg import CSS, heads_svg, lines_svg, table_svg
+from attention_lib.viz.views import PAD, pad_tokens
+
+SENTENCE, CONTEXT = "the cat sat on the mat", "le chat est assis sur le tapis"
 
 
 @pytest.fixture(autouse=True)
@@ -39,17 +51,13 @@ def _close_figures():
 
 @pytest.fixture(scope="module")
 def explorer() -> AttentionExplorer:
-    return explore_attention(hidden_size=16, num_heads=4, max_len=8)
+    return explore_attention(hidden_size=16, num_heads=4, max_len=10, tokens=SENTENCE)
 
 
 def reset(ex: AttentionExplorer) -> None:
-    """Back to the start values (one redraw), so tests sharing the explorer do not depend on their order."""
-    c = ex.controls
-    with ex.hold():
-        c["kind"].value = "bidirectional"
-        c["seq_len"].value, c["kv_len"].value = 6, 7
-        c["pad"].value, c["pad_side"].value, c["head"].value, c["temperature"].value = 0, "right", 0, 1.0
-        c["tokens"].value, c["context_tokens"].value = "the cat sat on the mat", "le chat est assis sur le tapis"
+    """Back to the start values (one redraw), so that tests sharing the explorer do not depend on their order."""
+    ex.set(kind="bidirectional", tokens=SENTENCE, context_tokens=CONTEXT, pad=0, pad_side="right", head=0,
+           temperature=1.0, view="weights")
 
 
 def expected_mask(kind: str, S: int, S_kv: int, pad: int, side: str) -> torch.Tensor:
@@ -64,8 +72,7 @@ def expected_mask(kind: str, S: int, S_kv: int, pad: int, side: str) -> torch.Te
 
 def hand_weights(layer, x: torch.Tensor, keys_in: torch.Tensor, mask: torch.Tensor, T: float) -> torch.Tensor:
     """softmax(q kᵀ / (T √HS)) per head from the raw projection weights; x: (S, C), keys_in: (S_kv, C_kv)."""
-    NH, HS = layer.num_heads, layer.head_size
-    C = layer.hidden_size
+    NH, HS, C = layer.num_heads, layer.head_size, layer.hidden_size
     if hasattr(layer, "Wq"):
         q = x @ layer.Wq.weight.T + layer.Wq.bias  # (S, C)
         k = keys_in @ layer.Wkv.weight[:C].T + layer.Wkv.bias[:C]  # (S_kv, C)
@@ -74,21 +81,44 @@ def hand_weights(layer, x: torch.Tensor, keys_in: torch.Tensor, mask: torch.Tens
         k = keys_in @ layer.Wqkv.weight[C : 2 * C].T + layer.Wqkv.bias[C : 2 * C]  # (S_kv, C)
     q, k = q.reshape(-1, NH, HS).double(), k.reshape(-1, NH, HS).double()
     scores = torch.einsum("ihd,jhd->hij", q, k) / (math.sqrt(HS) * T)  # (NH, S, S_kv)
-    scores = scores.masked_fill(~mask, float("-inf"))
-    w = torch.nan_to_num(scores.softmax(-1), nan=0.0)  # rows without a visible key: zeros
+    w = torch.nan_to_num(scores.masked_fill(~mask, float("-inf")).softmax(-1), nan=0.0)  # rows without a key: zeros
     return w.float()
+
+
+def picture_data(ex: AttentionExplorer) -> dict[str, str]:
+    """The data- attributes of the picture the explorer shows (what a browser test reads)."""
+    return dict(re.findall(r'data-([\w-]+)="([^"]*)"', ex.picture.value.split(">", 1)[0]))
+
+
+def shown(widget) -> bool:
+    return widget.layout.display != "none"
+
+
+# ---------------------------------------------------------------- the picture rule
+
+
+def test_the_colour_scale_ends_at_the_largest_weight_shown():
+    assert weights_norm(torch.full((4, 4), 0.25)).vmax == 0.25 and weights_norm(torch.eye(3)).vmax == 1.0
+    assert (weights_norm(torch.zeros(2, 2)).vmin, weights_norm(torch.zeros(2, 2)).vmax) == (0.0, 1.0)
+    assert writes_values(10, 10) and not writes_values(11, 3) and not writes_values(3, 11)
+    assert shows_mask(causal_mask(3)) and not shows_mask(torch.ones(3, 3, dtype=torch.bool))
+    w = torch.tensor([0.0, 0.1, 0.2])
+    expected = [colormaps["Blues"](v / 0.2) for v in (0.0, 0.1, 0.2)]
+    got = [tuple(int(c[i : i + 2], 16) / 255 for i in (1, 3, 5)) for c in hex_colours(w, weights_norm(w))]
+    assert np.allclose(got, [e[:3] for e in expected], atol=0.01)
 
 
 # ---------------------------------------------------------------- static plots
 
 
-def test_plot_mask_returns_axes_with_token_labels():
-    mask = torch.ones(3, 4, dtype=torch.bool).tril()  # (S, S_kv)
+def test_plot_mask_returns_axes_with_token_labels_and_a_legend():
+    mask = causal_mask(3, 4)  # (1, S, S_kv)
     ax = plot_mask(mask, "a b c", ["w", "x", "y", "z"])
     assert isinstance(ax, Axes)
     assert [t.get_text() for t in ax.get_xticklabels()] == ["w", "x", "y", "z"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
-    assert (ax.images[0].get_array() == mask.numpy()).all()
+    assert (ax.images[0].get_array() == mask[0].numpy()).all()
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["may attend", "hidden"]
 
 
 def test_plot_mask_picks_batch_and_head_and_rejects_bad_input():
@@ -104,59 +134,98 @@ def test_plot_mask_picks_batch_and_head_and_rejects_bad_input():
         plot_mask(mask, key_labels="a b")
 
 
-def test_plot_weights_marks_hidden_cells_and_writes_values():
+def test_a_2d_mask_is_a_padding_mask_even_when_B_equals_S():
+    """(B, S_kv) with B == S: the picture takes row `batch` for every query, never the rows as queries."""
+    weights = torch.rand(3, 2, 3, 3).softmax(-1)  # (B, NH, S, S_kv), B == S == S_kv
+    pad = padding_mask([3, 2, 1])  # (B, S_kv)
+    ax = plot_weights(weights, mask=pad, batch=1, head=1)
+    overlay = ax.images[1].get_array()  # the grey of the hidden cells; NaN (masked) elsewhere
+    assert overlay.mask.tolist() == [[True, True, False]] * 3  # key 2 hidden from every query of sequence 1
+    assert torch.equal(mask_table(pad, 3, 3, batch=2), torch.tensor([[True, False, False]] * 3))
+    assert torch.equal(mask_table(causal_mask(3), batch=2), causal_mask(3)[0])  # (1, S, S) broadcasts over B
+
+
+def test_an_additive_float_mask_is_refused_not_inverted():
+    weights = torch.rand(1, 2, 3, 3).softmax(-1)
+    hidden = torch.tensor([[False, False, True]])
+    additive = torch.zeros(1, 3).masked_fill(hidden, float("-inf"))  # (B, S_kv): 0 = visible, -inf = hidden
+    with pytest.raises(TypeError, match=r"torch\.float32.*mask == 0"):
+        plot_weights(weights, mask=additive)
+    with pytest.raises(TypeError, match="torch.int64"):
+        plot_heads(weights, mask=torch.ones(1, 3, dtype=torch.long))
+
+
+def test_a_huge_table_is_drawn_at_a_capped_size_without_labels_or_values():
+    """S = 700 asked for a 295-inch figure with 490 000 annotations before; now at most MAX_INCHES and no text."""
+    weights = torch.rand(700, 700).softmax(-1)  # (S, S_kv)
+    ax = plot_weights(weights, mask=torch.ones(1, 700, dtype=torch.bool))
+    width, height = ax.figure.get_size_inches()
+    assert width <= MAX_INCHES and height <= MAX_INCHES
+    assert not ax.texts and len(ax.get_xticks()) < 20
+    fig = plot_heads(torch.rand(1, 4, 300, 300).softmax(-1))
+    assert max(fig.get_size_inches()) <= MAX_INCHES
+
+
+def test_plot_weights_follows_the_picture_rule():
     weights = torch.tensor([[[[1.0, 0.0], [0.25, 0.75]]]])  # (B, NH, S, S_kv)
-    mask = torch.tensor([[True, False], [True, True]])
+    mask = torch.tensor([[[True, False], [True, True]]])  # (1, S, S_kv)
     ax = plot_weights(weights, "p q", "r s", mask=mask)
-    texts = [t.get_text() for t in ax.texts]
-    assert texts == ["1.00", "×", "0.25", "0.75"]
+    assert [t.get_text() for t in ax.texts] == ["1.00", "0.25", "0.75"]  # hidden cells carry no value
     overlay = ax.images[1]  # the mask's grey over the hidden cells only
     assert overlay.get_array().mask.tolist() == [[True, False], [True, True]]
-    hidden_colour, shown = overlay.to_rgba(overlay.get_array())[0, 1], overlay.to_rgba(overlay.get_array())[0, 0]
-    assert tuple(hidden_colour) == MASK_CMAP(0) and shown[3] == 0  # grey like the mask's hidden cells; others clear
-    assert len(ax.figure.axes) == 2  # the heat map and its colour bar
-    with pytest.raises(ValueError, match="mask must broadcast"):
-        plot_weights(weights, mask=torch.ones(3, 3, dtype=torch.bool))
+    assert tuple(overlay.to_rgba(overlay.get_array())[0, 1]) == MASK_CMAP(0)
+    bar = ax.figure.axes[1]
+    assert bar.get_ylabel() == "attention weight" and ax.images[0].norm.vmax == 1.0
+    small = plot_weights(torch.full((3, 3), 1 / 3))  # an even head: the scale ends at 1/3, not 1
+    assert math.isclose(small.images[0].norm.vmax, 1 / 3, rel_tol=1e-6)
+    assert len(plot_weights(torch.rand(11, 4).softmax(-1)).texts) == 0  # S > 10: no values
+    with pytest.raises(ValueError, match="does not fit"):
+        plot_weights(weights, mask=torch.ones(1, 3, 3, dtype=torch.bool))
 
 
-def test_plot_heads_grid_and_cross_attention_figure():
+def test_plot_heads_shares_one_scale_and_plot_cross_attention_names_the_axes():
     layer = BidirectionalAttention(8, 4)
-    x = torch.randn(1, 3, 8)  # (B, S, C)
-    _, w = layer(x, return_weights=True)  # (B, NH, S, S)
+    _, w = layer(torch.randn(1, 3, 8), return_weights=True)  # (B, NH, S, S)
     fig = plot_heads(w, "a b c", "a b c", ncols=2)
-    assert isinstance(fig, Figure)
     heads = [ax for ax in fig.axes if ax.get_title().startswith("head")]
     assert [ax.get_title() for ax in heads] == ["head 0", "head 1", "head 2", "head 3"]
     for h, ax in enumerate(heads):
         assert torch.allclose(torch.as_tensor(ax.images[0].get_array().data), w[0, h])
+        assert ax.images[0].norm.vmax == pytest.approx(float(w.detach().max()))
     with pytest.raises(ValueError, match=r"\(B, NH, S, S_kv\)"):
         plot_heads(w[:, 0])
     fig = plot_cross_attention(w[:, :, :2], "q1 q2", "k1 k2 k3", mask=torch.tensor([[True, True, False]]))
-    assert "cross attention" in fig._suptitle.get_text()
+    assert "cross attention" in fig.get_suptitle()
     assert any(ax.get_xlabel().startswith("context tokens") for ax in fig.axes)
     fig = plot_cross_attention(w[:, :, :2], "q1 q2", "k1 k2 k3", head=1)
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["head 1"]
 
 
-def test_plot_view_puts_mask_and_weights_side_by_side():
-    view = attention_view(BidirectionalAttention(8, 2), "causal", "a b c", seq_len=3)
+def test_plot_view_shows_the_mask_only_when_it_hides_something_with_rows_aligned():
+    layer = BidirectionalAttention(8, 2)
+    view = attention_view(layer, "causal", "a b c", pad=2, pad_side="left")
     fig = plot_view(view, Figure())
-    titles = [ax.get_title() for ax in fig.axes]
-    assert titles[0].startswith("mask") and titles[1].startswith("weights, head 0")
+    mask_ax, weights_ax = [ax for ax in fig.axes if ax.get_title()]
+    assert mask_ax.get_title() == "mask" and weights_ax.get_title().startswith("weights, layer 0, head 0")
+    assert (mask_ax.images[0].get_array() == view.mask.numpy()).all()  # the view's (S, S_kv) table, row by row
+    assert weights_ax.images[1].get_array().mask.tolist() == view.mask.tolist()  # grey exactly where hidden
+    fig.canvas.draw()
+    a, b = mask_ax.get_window_extent(), weights_ax.get_window_extent()
+    assert abs(a.y0 - b.y0) < 1 and abs(a.height - b.height) < 1  # the rows line up
+    fig = plot_view(attention_view(layer, "bidirectional", "a b c"), Figure())
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["weights, layer 0, head 0"]
 
 
 # ---------------------------------------------------------------- pure pieces
 
 
-def test_padded_tokens_and_word_vectors():
-    labels, real = padded_tokens(["a", "b"], 4, pad=1, side="left")
-    assert labels == [PAD, "a", "b", "tok2"] and real.tolist() == [False, True, True, True]
-    labels, real = padded_tokens(["a", "b", "c"], 3, pad=2)
-    assert labels == ["a", PAD, PAD] and real.tolist() == [True, False, False]
-    with pytest.raises(ValueError, match="pad must lie"):
-        padded_tokens(["a"], 3, pad=3)
-    with pytest.raises(ValueError, match="side must be"):
-        padded_tokens(["a"], 3, side="middle")
+def test_pad_tokens_adds_pads_and_word_vectors_are_fixed():
+    labels, real = pad_tokens(["a", "b"], 2, side="left")
+    assert labels == [PAD, PAD, "a", "b"] and real.tolist() == [False, False, True, True]
+    labels, real = pad_tokens(["a", "b", "c"], 1)
+    assert labels == ["a", "b", "c", PAD] and real.tolist() == [True, True, True, False]
+    with pytest.raises(ValueError, match="pad_side"):
+        pad_tokens(["a"], 1, side="middle")
     v = word_vectors(["x", "y", "x"], 6)  # (S, C)
     assert v.shape == (3, 6) and torch.equal(v, word_vectors(["x", "y", "x"], 6))
     assert not torch.equal(v[0], v[2])  # the position encoding separates equal words
@@ -170,50 +239,54 @@ def test_score_temperature_divides_scores_exactly(T):
     mask = torch.tensor([[True, True, True, False]])  # (B, S_kv)
     with torch.no_grad(), score_temperature(layer, T):
         _, w = layer(x, mask=mask, return_weights=True)  # (B, NH, S, S_kv)
-    reference = hand_weights(layer, x[0], x[0], mask[0].expand(4, 4), T)  # (NH, S, S_kv)
-    assert torch.allclose(w[0], reference, atol=1e-6)
+    assert torch.allclose(w[0], hand_weights(layer, x[0], x[0], mask[0].expand(4, 4), T), atol=1e-6)
     assert not layer.Wqkv._forward_hooks  # the hook is gone after the block
+    with pytest.raises(ValueError, match="temperature must be > 0"), score_temperature(layer, 0.0):
+        pass
 
 
-def test_score_temperature_rejects_bad_values():
-    with pytest.raises(ValueError, match="temperature must be > 0"):
-        with score_temperature(BidirectionalAttention(4, 1), 0.0):
-            pass
-    with pytest.raises(TypeError, match="Wq or Wqkv"):
-        with score_temperature(torch.nn.Linear(2, 2), 2.0):
-            pass
+def test_a_registered_kind_is_shown_by_attention_view_and_the_explorer():
+    def sliding(layer, x, context, keys, window=2):  # query i sees the real keys i - 1 and i
+        S = x.shape[1]
+        i = torch.arange(S)
+        mask = keys[:, None, :] & causal_mask(S) & (i[:, None] - i[None, :] < window)  # (1, S, S)
+        return mask[0], layer(x, mask=mask, return_weights=True)[1]
+
+    register_kind("sliding window", sliding)
+    try:
+        layer = BidirectionalAttention(8, 2)
+        view = attention_view(layer, "sliding window", "a b c d")
+        assert view.mask.sum(-1).tolist() == [1, 2, 2, 2] and bool((view.weights[:, ~view.mask] == 0).all())
+        ex = explore_attention(layer, kinds=("sliding window", "bidirectional"), tokens="a b c d")
+        assert torch.equal(ex.compute().mask, view.mask) and picture_data(ex)["kind"] == "sliding window"
+    finally:
+        del KINDS["sliding window"]
 
 
-# ---------------------------------------------------------------- the explorer, driven like a reader drives it
+# ---------------------------------------------------------------- the explorer, driven as a reader drives it
 
 
 def test_causal_with_left_padding_is_the_and_of_tril_and_padding(explorer):
     reset(explorer)
-    with explorer.hold():
-        explorer.controls["kind"].value = "causal"
-        explorer.controls["pad_side"].value = "left"
-        explorer.controls["pad"].value = 2
+    explorer.set(kind="causal", pad_side="left", pad=2)
     view = explorer.compute()
-    assert view.query_tokens == [PAD, PAD, "the", "cat", "sat", "on"]
-    assert torch.equal(view.mask, expected_mask("causal", 6, 6, 2, "left"))
+    assert view.query_tokens == [PAD, PAD, "the", "cat", "sat", "on", "the", "mat"]  # padding adds pad tokens
+    assert torch.equal(view.mask, expected_mask("causal", 8, 8, 2, "left"))
     assert bool((view.weights[:, :2] == 0).all())  # the padded queries see no key: zero rows, not NaN
-    assert torch.allclose(view.weights[:, 2:].sum(-1), torch.ones(4, 4))
+    assert torch.allclose(view.weights[:, 2:].sum(-1), torch.ones(4, 6))
 
 
 @pytest.mark.parametrize("kind", ["bidirectional", "causal", "cross"])
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_padded_keys_get_zero_weight_and_weights_match_the_formula(explorer, kind, side):
     reset(explorer)
-    c = explorer.controls
-    with explorer.hold():
-        c["kind"].value, c["pad_side"].value, c["pad"].value, c["temperature"].value = kind, side, 2, 0.5
+    explorer.set(kind=kind, pad_side=side, pad=2, temperature=0.5)
     view = explorer.compute()
-    S, S_kv = (6, 7) if kind == "cross" else (6, 6)
+    S, S_kv = (6, 9) if kind == "cross" else (8, 8)
     assert view.mask.shape == (S, S_kv) and view.weights.shape == (4, S, S_kv)
     assert torch.equal(view.mask, expected_mask(kind, S, S_kv, 2, side))
     padded = torch.tensor([t == PAD for t in view.key_tokens])
     assert padded.sum() == 2 and bool((view.weights[..., padded] == 0).all())
-    assert bool((view.weights[:, ~view.mask] == 0).all())
     layer = explorer.layers[kind]
     x = word_vectors(view.query_tokens, 16)  # (S, C)
     keys_in = word_vectors(view.key_tokens, 16) if kind == "cross" else x  # (S_kv, C)
@@ -225,66 +298,89 @@ def test_bidirectional_and_causal_share_weights_so_only_the_mask_differs(explore
     bi, ca = explorer.compute(kind="bidirectional"), explorer.compute(kind="causal")
     assert type(explorer.layers["causal"]).__name__ == "CausalAttention"
     assert torch.equal(explorer.layers["causal"].Wqkv.weight, explorer.layers["bidirectional"].Wqkv.weight)
-    # the last query sees every key in both, so its row is the same
-    assert torch.allclose(bi.weights[:, -1], ca.weights[:, -1], atol=1e-6)
+    assert torch.allclose(bi.weights[:, -1], ca.weights[:, -1], atol=1e-6)  # the last query sees every key in both
     assert not torch.allclose(bi.weights[:, 0], ca.weights[:, 0])
 
 
-def test_hold_redraws_once(explorer):
+def test_set_redraws_once_and_each_control_change_redraws(explorer):
     reset(explorer)
     renders = explorer.renders
-    with explorer.hold():
-        explorer.controls["head"].value = 1
-        explorer.controls["pad"].value = 3
-        assert explorer.renders == renders
-    assert explorer.renders == renders + 1 and 'data-pad="3"' in explorer.status.value
-
-
-def test_control_changes_redraw_the_picture(explorer):
-    reset(explorer)
-    renders, png = explorer.renders, explorer.image.value
+    explorer.set(head=1, pad=3, temperature=2.0)
+    assert explorer.renders == renders + 1 and picture_data(explorer)["pad"] == "3"
+    before = picture_data(explorer)
     explorer.controls["head"].value = 3
-    assert explorer.renders == renders + 1 and explorer.image.value != png
-    status = explorer.status.value
-    assert 'data-head="3"' in status and 'data-kind="bidirectional"' in status
-    assert f'data-png-sha256="{hashlib.sha256(explorer.image.value).hexdigest()}"' in status
-    assert explorer.image.value[:8] == b"\x89PNG\r\n\x1a\n"
-    png = explorer.image.value
+    after = picture_data(explorer)
+    assert explorer.renders == renders + 2 and after["head"] == "3" and after["digest"] != before["digest"]
     explorer.controls["kind"].value = "causal"
-    assert explorer.image.value != png and 'data-kind="causal"' in explorer.status.value
-    mask_rows = re.search(r'data-mask="([01/]+)"', explorer.status.value).group(1)
-    assert mask_rows == "100000/110000/111000/111100/111110/111111"
-    png = explorer.image.value
-    explorer.controls["tokens"].value = "a completely different sentence of words"
-    assert explorer.image.value != png and explorer.compute().query_tokens[:2] == ["a", "completely"]
+    assert picture_data(explorer)["mask"].startswith("100000000/110000000")
+    explorer.controls["tokens"].value = "a completely different sentence"
+    assert explorer.compute().query_tokens[:2] == ["a", "completely"] and explorer.renders == renders + 4
 
 
-def test_ranges_follow_the_lengths_and_the_kind(explorer):
+def test_typed_tokens_set_S_and_the_padding_stops_at_max_len(explorer):
     reset(explorer)
     c = explorer.controls
-    with explorer.hold():  # the ranges follow at once; only the picture waits
-        c["pad"].value = 5
-        c["seq_len"].value = 3
-        assert c["pad"].max == 2 and c["pad"].value == 2  # one real token always stays
-        assert c["kv_len"].disabled and c["context_tokens"].disabled
-        c["kind"].value = "cross"
-    assert not c["kv_len"].disabled and c["pad"].max == 6  # cross pads the context: S_kv - 1
-    view = explorer.compute()
-    assert len(view.query_tokens) == 3 and len(view.key_tokens) == 7
+    explorer.set(tokens="one two three")
+    assert len(explorer.compute().query_tokens) == 3 and c["pad"].max == 10 - 3
+    explorer.set(pad=4)
+    assert explorer.compute().query_tokens == ["one", "two", "three", PAD, PAD, PAD, PAD]
+    explorer.set(kind="cross", context_tokens="un deux")
+    assert c["pad"].max == 10 - 2 and explorer.compute().key_tokens == ["un", "deux", PAD, PAD, PAD, PAD]
+
+
+def test_controls_that_do_not_apply_are_hidden(explorer):
+    reset(explorer)
+    c = explorer.controls
+    assert not shown(c["context_tokens"]) and not shown(c["pad_side"]) and not shown(c["layer"])
+    assert shown(c["head"]) and not shown(c["head_b"])
+    explorer.set(kind="cross", pad=1)
+    assert shown(c["context_tokens"]) and shown(c["pad_side"])
+    explorer.set(view="all heads")
+    assert not shown(c["head"])
+    explorer.set(view="compare")
+    assert shown(c["head"]) and shown(c["head_b"]) and not shown(c["layer_b"])  # one layer: nothing to choose
+
+
+def test_sliders_and_text_boxes_report_once_and_temperatures_are_exact(explorer):
+    c = explorer.controls
+    assert not any(c[n].continuous_update for n in ("pad", "temperature", "tokens", "context_tokens"))
+    assert 0.5 in c["temperature"].options and 1.0 in c["temperature"].options
+    reset(explorer)
+    explorer.set(temperature=0.5)
+    assert explorer.compute().temperature == 0.5 and picture_data(explorer)["temperature"] == "0.5"
+
+
+def test_bad_input_shows_a_message_and_a_stale_picture_never_a_traceback():
+    def numbers(words):  # like the trained reverser's encoder: only integers can be embedded
+        return torch.stack([word_vectors([w], 8)[0] * int(w) for w in words])
+
+    ex = explore_attention(hidden_size=8, num_heads=2, kinds=("cross",), max_len=6, tokens="a b",
+                           context_tokens="1 2 3", context_embed=numbers)
+    good = picture_data(ex)
+    ex.controls["context_tokens"].value = "1 two 3"  # int("two") fails, as the trained reverser's embed does
+    assert "embedding the context failed" in ex.message.value and "Traceback" not in ex.message.value
+    assert picture_data(ex)["stale"] == "1" and picture_data(ex)["digest"] == good["digest"]
+    assert "attn-stale" in ex.picture.value
+    ex.controls["context_tokens"].value = "1 2 3 4 5 6 7"
+    assert "at most max_len = 6" in ex.message.value
+    ex.controls["context_tokens"].value = "4 5"
+    assert ex.message.value == "" and picture_data(ex)["stale"] == "0" and picture_data(ex)["kv-len"] == "2"
+    ex.controls["tokens"].value = ""
+    assert "no tokens" in ex.message.value
 
 
 def test_compute_is_pure(explorer):
     reset(explorer)
-    before = ({n: w.value for n, w in explorer.controls.items()}, explorer.renders, explorer.image.value)
+    before = ({n: w.value for n, w in explorer.controls.items()}, explorer.renders, explorer.picture.value)
     view = explorer.compute(kind="cross", pad=3, head=2, temperature=2.0)
     assert view.kind == "cross" and view.head == 2 and view.temperature == 2.0
     assert torch.equal(view.head_weights, view.weights[2])
-    assert ({n: w.value for n, w in explorer.controls.items()}, explorer.renders, explorer.image.value) == before
+    assert ({n: w.value for n, w in explorer.controls.items()}, explorer.renders, explorer.picture.value) == before
     with pytest.raises(TypeError, match="unknown control"):
         explorer.compute(colour="red")
 
 
-def test_explorer_leaves_the_global_rng_alone_and_is_seeded():
+def test_the_explorer_leaves_the_global_rng_alone_and_is_seeded():
     state = torch.get_rng_state()
     a, b = AttentionExplorer(hidden_size=8, num_heads=2), AttentionExplorer(hidden_size=8, num_heads=2)
     assert torch.equal(state, torch.get_rng_state())
@@ -295,15 +391,13 @@ def test_explorer_leaves_the_global_rng_alone_and_is_seeded():
 def test_a_layer_passed_in_is_used_single_head_included():
     single = SingleHeadAttention(16)
     ex = AttentionExplorer(single, kinds=("bidirectional", "causal"), tokens="a b c d")
-    assert ex.layers["causal"] is single and ex.controls["head"].disabled
-    with ex.hold():
-        ex.controls["kind"].value = "causal"
-        ex.controls["pad"].value = 1
+    assert ex.layers["causal"] is single and not shown(ex.controls["head"])
+    ex.set(kind="causal", pad=1)
     view = ex.compute()
-    assert view.weights.shape == (1, 4, 4)
-    assert torch.equal(view.mask, expected_mask("causal", 4, 4, 1, "right"))
+    assert view.weights.shape == (1, 5, 5)
+    assert torch.equal(view.mask, expected_mask("causal", 5, 5, 1, "right"))
     assert bool((view.weights[0][~view.mask] == 0).all())
-    assert ex.controls["kind"].options == ("bidirectional", "causal")
+    assert tuple(ex.controls["kind"].options) == ("bidirectional", "causal")
 
 
 def test_a_causal_layer_cannot_pose_as_bidirectional():
@@ -311,33 +405,30 @@ def test_a_causal_layer_cannot_pose_as_bidirectional():
 
     with pytest.raises(ValueError, match="CausalAttention cannot show bidirectional"):
         AttentionExplorer(CausalAttention(8, 2, context_size=8), kinds=("bidirectional", "causal"))
-    ex = AttentionExplorer(CausalAttention(8, 2, context_size=12), kinds=("causal",))
+    ex = AttentionExplorer(CausalAttention(8, 2, context_size=12), kinds=("causal",), tokens=SENTENCE)
     assert torch.equal(ex.compute().mask, expected_mask("causal", 6, 6, 0, "right"))
 
 
-def test_a_failing_layer_shows_its_error_instead_of_a_silent_callback():
-    ex = AttentionExplorer(BidirectionalAttention(8, 2), kinds=("bidirectional",), max_len=12)
-    ex.embed = lambda words: torch.zeros(len(words), 5)  # wrong width: the layer raises
-    ex.controls["seq_len"].value = 4
-    assert "attn-error" in ex.status.value and "ValueError" in ex.status.value
-
-
 def test_start_values_are_checked_and_applied():
-    ex = AttentionExplorer(hidden_size=8, num_heads=2, kind="causal", seq_len=5, pad=2, pad_side="left", head=1)
+    ex = AttentionExplorer(hidden_size=8, num_heads=2, kind="causal", pad=2, pad_side="left", head=1)
     view = ex.compute()
-    assert view.head == 1 and torch.equal(view.mask, expected_mask("causal", 5, 5, 2, "left"))
-    assert 'data-pad="2"' in ex.status.value and ex.renders == 1
-    with pytest.raises(ValueError, match="pad=5 is outside its range"):
-        AttentionExplorer(hidden_size=8, num_heads=2, seq_len=5, pad=5)
-    with pytest.raises(ValueError, match="head=2 is outside its range"):
+    assert view.head == 1 and torch.equal(view.mask, expected_mask("causal", 6, 6, 2, "left")) and ex.renders == 1
+    with pytest.raises(ValueError, match="pad=15 is outside its range"):
+        AttentionExplorer(hidden_size=8, num_heads=2, pad=15)
+    with pytest.raises(ValueError, match="head=2 is not available"):
         AttentionExplorer(hidden_size=8, num_heads=2, head=2)
-    with pytest.raises(TypeError, match="unknown start value"):
+    with pytest.raises(TypeError, match="unknown control"):
         AttentionExplorer(hidden_size=8, num_heads=2, padding=1)
+    # the older length keywords: accepted when they agree with the tokens and the padding
+    ex = AttentionExplorer(kinds=("cross",), tokens="le chat", context_tokens="the cat", kv_len=4, pad=2)
+    assert ex.compute().key_tokens == ["the", "cat", PAD, PAD]
+    with pytest.raises(ValueError, match="seq_len=7, but the tokens and the padding give 4"):
+        AttentionExplorer(hidden_size=8, num_heads=2, seq_len=7)
 
 
 def test_close_closes_every_widget():
     ex = AttentionExplorer(hidden_size=8, num_heads=2)
-    parts = [ex.widget, ex.image, ex.status, *ex.controls.values(), ex.controls["pad"].layout, ex.image.layout]
+    parts = [ex.widget, ex.picture, ex.message, *ex.controls.values(), ex.controls["pad"].layout, ex.picture.layout]
     ex.close()
     assert all(w.comm is None for w in parts)
 
@@ -345,4 +436,80 @@ def test_close_closes_every_widget():
 def test_the_default_cross_layer_takes_the_sizes_of_the_layer_passed_in():
     ex = AttentionExplorer(BidirectionalAttention(12, 3), kind="cross", tokens="a b", context_tokens="c d e")
     assert (ex.layers["cross"].hidden_size, ex.layers["cross"].num_heads) == (12, 3)
-    assert ex.compute().weights.shape == (3, 2, 3) and ex.controls["head"].max == 2
+    assert ex.compute().weights.shape == (3, 2, 3) and len(ex.controls["head"].options) == 3
+
+
+def test_a_stack_of_layers_gets_a_layer_selector_and_per_layer_inputs():
+    torch.manual_seed(0)
+    stack = [BidirectionalAttention(8, 2) for _ in range(3)]
+    calls = []
+
+    def embed(tokens):  # (L, S, C): a different input for each layer, as a model's hidden states
+        calls.append(tuple(tokens))
+        return torch.stack([word_vectors(tokens, 8) * (layer + 1) for layer in range(3)])
+
+    ex = explore_attention(stack, kinds=("bidirectional",), tokens="a b c", embed=embed, view="compare")
+    assert shown(ex.controls["layer"]) and shown(ex.controls["layer_b"]) and len(ex.controls["layer"].options) == 3
+    for layer in range(3):
+        x = word_vectors(["a", "b", "c"], 8) * (layer + 1)
+        expected = hand_weights(stack[layer], x, x, torch.ones(3, 3, dtype=torch.bool), 1.0)
+        assert torch.allclose(ex.compute(layer=layer).weights, expected, atol=1e-5)
+    ex.set(layer=2, layer_b=1, head_b=1)
+    assert ex.layers["bidirectional"] is stack[2] and "A: layer 2, head 0" in ex.picture.value
+    assert "B: layer 1, head 1" in ex.picture.value and len(set(calls)) == len(calls)  # each sentence embedded once
+
+
+def test_each_view_draws_its_picture_legibly():
+    ex = explore_attention(hidden_size=16, num_heads=4, tokens=" ".join(f"w{i}" for i in range(16)), pad=0)
+    views = {"weights": "attn-table", "all heads": "attn-heads", "lines": "attn-lines", "compare": "attn-table"}
+    for view, cls in views.items():
+        ex.set(view=view)
+        assert f"attn-pic {cls}" in ex.picture.value and picture_data(ex)["view"] == view and ex.message.value == ""
+        sizes = [int(s) for s in re.findall(r"font(?:-size)?:\s*(\d+)px", CSS)]
+        assert sizes and min(sizes) >= 10  # no text smaller than 10 px, and the pictures are never scaled down
+        assert "max-width" not in ex.picture.value
+    ex.set(tokens="a b c d", kind="causal", pad=2, pad_side="left", view="all heads")
+    panels = [ax for ax in ex.plot().axes if ax.get_title().startswith("head")]
+    assert len(panels) == 4 and panels[0].images[1].get_array().mask.tolist() == ex.compute().mask.tolist()
+    everything = torch.ones(5, 5, dtype=torch.bool)
+    heads = heads_svg(torch.rand(12, 5, 5).softmax(-1), everything, list("abcde"), list("abcde"),
+                      weights_norm(torch.ones(1)), selected=3)
+    assert all(f">head {h}</text>" in heads for h in range(12)) and heads.count('stroke="#e6550d"') == 1
+
+
+def test_the_lines_picture_groups_each_tokens_lines_for_hover():
+    weights = torch.tensor([[0.9, 0.1, 0.0], [0.5, 0.5, 0.0]])  # (S, S_kv); key 2 is padding
+    mask = torch.tensor([[True, True, False]] * 2)
+    picture = lines_svg(weights, mask, ["q0", "q1"], ["k0", "k1", PAD], weights_norm(weights))
+    by_k, by_q = re.search(r'<g class="by-k">(.*)</g><g class="by-q">(.*)</g>', picture).groups()
+    assert by_k.count("<line") == by_q.count("<line") == 4  # every visible pair, once per side
+    assert by_q.split("<g>")[1].count("<line") == 2 and ">0.90<" in by_q  # q0's lines and values in its group
+    assert "fill:#999" in by_k.split("<g>")[3]  # the padding key is greyed
+    cross = lines_svg(torch.rand(5, 2).softmax(-1), torch.ones(5, 2, dtype=torch.bool), list("abcde"), ["x", "y"],
+                      weights_norm(torch.ones(1)))  # S != S_kv, as in cross attention
+    assert cross.count('<g class="by-q">') == 1 and cross.count("<line") == 2 * 10
+    panels = [("mask", None, mask), ("w", weights, mask)]
+    table = table_svg(panels, ["q0", "q1"], ["k0", "k1", PAD], weights_norm(weights))
+    assert table.count('<rect class="cell"') == 12 and table.count(f'fill="{HIDDEN}"') >= 4 and ">0.90<" in table
+
+
+def test_the_explorer_displays_as_one_view_of_its_widget():
+    """`display(explorer)` and the explorer as a cell's last expression both publish the widget's view, under
+    ipywidgets 7.7.1 (Colab's, whose widgets have no _repr_mimebundle_) and 8."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.display import display
+    from IPython.utils.capture import capture_output
+
+    shell = InteractiveShell.instance()
+    try:
+        ex = explore_attention(hidden_size=8, num_heads=2)
+        shell.user_ns["ex"] = ex
+        with capture_output() as captured:
+            display(ex)
+            shell.run_cell("ex")
+        key = "application/vnd.jupyter.widget-view+json"
+        views = [out.data[key] for out in captured.outputs if key in out.data]
+        assert [v["model_id"] for v in views] == [ex.widget.model_id] * 2, captured.outputs
+        ex.close()
+    finally:
+        InteractiveShell.clear_instance()

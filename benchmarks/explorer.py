@@ -1,0 +1,213 @@
+"""`make bench-explorer`: how fast the attention explorer answers, in Python and in a browser. A record, not a test.
+
+    .venv/bin/python benchmarks/explorer.py                 # both parts; the report goes to benchmarks/results/
+    .venv/bin/python benchmarks/explorer.py --no-browser    # the Python part only
+    .venv/bin/python benchmarks/explorer.py --repeats 10    # fewer changes per row
+
+Python: one redraw of the explorer, `explorer.set(...)` from the call to the new picture in its widget, at S = 12
+(12 tokens; cross attention: 12 queries over 12 context tokens), in every view. "recompute" rows change the
+temperature with the explorer's cache emptied first, so the layer runs again (the embedding included); "draw" rows
+change the head, whose weights are already computed. Seeded random layers (C = 32, NH = 4, as the explorer's
+default) and, when the pretrained model is installed, MiniLM (C = 384, NH = 12, its tokenizer and all six layers).
+
+Browser: JupyterLab from this environment in headless Chromium, a notebook with the explorer on a stack of three
+random layers and 12 tokens. Each control is changed `repeats` times as a reader changes it (a dropdown option, a
+toggle button, a slider step with the keyboard, a sentence typed and Enter), and each change is timed in the page from
+the input event to the first animation frame after the new picture reached the page.
+
+Times are medians with the 25th-75th percentiles and the maximum, in milliseconds; the environment is printed first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "tests"))  # the browser driver and the MiniLM loader are shared with the tests
+
+WORDS = "the quick brown fox jumps over the lazy dog near the river".split()  # 12 tokens
+CONTEXT = "le renard brun saute par dessus le chien paresseux près du fleuve".split()  # 12 tokens
+OTHER = "a small cat sat on a warm mat while the rain fell".split()  # 12 tokens
+
+
+def summary(times_ms: list[float]) -> str:
+    q = statistics.quantiles(times_ms, n=4) if len(times_ms) > 1 else [times_ms[0]] * 3
+    return f"median {statistics.median(times_ms):7.1f}   p25-p75 {q[0]:6.1f}-{q[2]:6.1f}   max {max(times_ms):7.1f}"
+
+
+def environment() -> list[str]:
+    import ipywidgets
+    import jupyterlab
+    import matplotlib
+    import torch
+
+    def run(*command: str) -> str:
+        try:
+            return subprocess.run(command, capture_output=True, text=True, cwd=ROOT, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return "unknown"
+
+    info = Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), platform.processor())
+    dirty = " (with uncommitted changes)" if run("git", "status", "--porcelain", "--untracked-files=no") else ""
+    return [
+        f"date       {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        f"commit     {run('git', 'rev-parse', '--short', 'HEAD')}{dirty}",
+        f"machine    {cpu}, {os.cpu_count()} cores (shared), Python {platform.python_version()}",
+        f"versions   torch {torch.__version__} ({torch.get_num_threads()} threads), "
+        f"ipywidgets {ipywidgets.__version__}, matplotlib {matplotlib.__version__}, "
+        f"jupyterlab {jupyterlab.__version__}",
+        f"browser    {run('/usr/bin/chromium', '--version')} (headless)",
+    ]
+
+
+def time_python(explorer, change: dict, other: dict, repeats: int, recompute: bool) -> list[float]:
+    """ms per redraw, alternating between two settings; recompute: empty the explorer's cache first."""
+    times = []
+    for i in range(repeats + 1):
+        if recompute:
+            explorer._run.cache_clear()
+        started = time.perf_counter()
+        explorer.set(**(change if i % 2 else other))
+        times.append((time.perf_counter() - started) * 1000)
+        assert explorer.message.value == "", explorer.message.value
+    return times[1:]  # the first one warms up
+
+
+def python_part(repeats: int) -> list[str]:
+    from attention_lib.viz import explore_attention
+
+    explorers = {
+        "random, self ": explore_attention(tokens=" ".join(WORDS)),
+        "random, cross": explore_attention(kind="cross", tokens=" ".join(WORDS), context_tokens=" ".join(CONTEXT)),
+    }
+    with contextlib.suppress(ImportError):
+        explorers["MiniLM, self "] = minilm_explorer()
+    lines = ["Python: one redraw at S = 12 (ms)"]
+    for name, explorer in explorers.items():
+        S, S_kv = explorer.compute().mask.shape
+        for view in ("weights", "all heads", "lines", "compare"):
+            explorer.set(view=view, head=0, temperature=1.0)
+            for what, change, other, recompute in (("recompute", {"temperature": 0.5}, {"temperature": 2.0}, True),
+                                                    ("draw     ", {"head": 1}, {"head": 2}, False)):
+                times = time_python(explorer, change, other, repeats, recompute)
+                lines.append(f"  {name} {S}x{S_kv}  {view:9s}  {what}  {summary(times)}")
+        explorer.set(view="weights")
+        lines.append(f"  {name} {S}x{S_kv}  weights    new text   {summary(python_new_text(explorer, repeats))}")
+    return lines
+
+
+def minilm_explorer():
+    """MiniLM's six layers in the explorer, as notebook 06 builds them (raises ImportError without the model)."""
+    import torch
+    from minilm import attention_from_bert_layer, load_minilm, minilm_available
+
+    from attention_lib.viz import explore_attention
+
+    if not minilm_available():
+        raise ImportError("the pretrained model is not installed")
+    with contextlib.redirect_stderr(io.StringIO()):
+        model, tokenizer = load_minilm()
+
+    def inputs(tokens):
+        ids = torch.tensor([tokenizer.convert_tokens_to_ids(tokens)])
+        with torch.no_grad():
+            out = model(input_ids=ids, attention_mask=(ids != tokenizer.pad_token_id).long(), output_hidden_states=True)
+        return torch.stack(out.hidden_states[:-1])[:, 0]
+
+    def tokenize(text):
+        return tokenizer.convert_ids_to_tokens(tokenizer(text)["input_ids"])
+
+    stack = [attention_from_bert_layer(block) for block in model.encoder.layer]
+    return explore_attention(stack, kinds=("bidirectional",), tokens=" ".join(WORDS[:10]), tokenize=tokenize,
+                             embed=inputs)  # 10 words: [CLS] + 10 + [SEP] = 12 tokens
+
+
+def sentences(count: int, words: list[str]) -> list[str]:
+    """`count` different orders of the words: each a new input (nothing cached)."""
+    import random
+
+    return [" ".join(random.Random(seed).sample(words, len(words))) for seed in range(count)]
+
+
+def python_new_text(explorer, repeats: int) -> list[float]:
+    times = []
+    for text in sentences(repeats + 1, WORDS[:10] if len(explorer.stacks["bidirectional"]) > 1 else WORDS):
+        started = time.perf_counter()
+        explorer.set(tokens=text)
+        times.append((time.perf_counter() - started) * 1000)
+    return times[1:]
+
+
+BROWSER_SOURCE = f"""import torch
+from attention_lib import BidirectionalAttention
+from attention_lib.viz import explore_attention
+
+torch.manual_seed(0)
+layers = [BidirectionalAttention(32, 4) for _ in range(3)]
+explorer = explore_attention(layers, tokens={" ".join(WORDS)!r}, context_tokens={" ".join(CONTEXT)!r})
+explorer"""
+
+
+def browser_part(repeats: int) -> list[str]:
+    from browser import act, choose, chromium, jupyter_lab, open_notebook, press, slide, type_text, wait_for_picture
+
+    texts, views = sentences(repeats, WORDS), ("all heads", "lines", "compare", "weights")
+    changes = {  # what a reader does, the i-th time
+        "head (dropdown)": lambda page, i: choose(page, "head", "12"[i % 2]),
+        "layer (dropdown)": lambda page, i: choose(page, "layer", "12"[i % 2]),
+        "kind (dropdown)": lambda page, i: choose(page, "kind", ("causal", "bidirectional")[i % 2]),
+        "temperature (slider, key)": lambda page, i: slide(page, "temperature", ("ArrowLeft", "ArrowRight")[i % 2]),
+        "padding (slider, key)": lambda page, i: slide(page, "padding", ("ArrowRight", "ArrowLeft")[i % 2]),
+        "tokens (typed, Enter)": lambda page, i: type_text(page, "tokens", texts[i]),
+        "view (toggle buttons)": lambda page, i: press(page, "view", views[i % 4]),
+        "cross: head (dropdown)": lambda page, i: choose(page, "head", "12"[i % 2]),
+    }
+    rows: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp, jupyter_lab(Path(tmp), {"explorer.ipynb": BROWSER_SOURCE}) as lab:
+        with chromium() as browser:
+            page = open_notebook(browser, lab, "explorer.ipynb")
+            wait_for_picture(page, lambda s: s["view"] == "weights", timeout=120)
+            for name, change in changes.items():
+                if name.startswith("cross"):
+                    act(page, lambda: choose(page, "kind", "cross"), lambda s: s["kind"] == "cross")
+                rows[name] = [act(page, lambda i=i, change=change: change(page, i), lambda s: s["stale"] == "0")
+                              ["latency_ms"] for i in range(repeats)]
+    every = [ms for values in rows.values() for ms in values]
+    lines = ["Browser: from the input event to the painted picture, JupyterLab + Chromium, S = 12 (ms)"]
+    lines += [f"  {name:28s} {summary(values)}" for name, values in rows.items()]
+    return lines + [f"  {'every change':28s} {summary(every)}   ({len(every)} changes)"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=20, help="changes per row (default 20)")
+    parser.add_argument("--no-browser", action="store_true", help="the Python part only")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "explorer.txt", help="where the report goes")
+    args = parser.parse_args()
+    lines = ["`make bench-explorer`: the attention explorer's redraw times", *environment(), ""]
+    print("\n".join(lines), flush=True)
+    for part in [python_part] + ([] if args.no_browser else [browser_part]):
+        new = part(args.repeats) + [""]
+        print("\n".join(new), flush=True)
+        lines += new
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
