@@ -618,8 +618,11 @@ class AttentionExplorer:
 
         close_tree(self.widget)
 
-    def _repr_mimebundle_(self, **kwargs):
-        return self.widget._repr_mimebundle_(**kwargs)
+    def _ipython_display_(self) -> None:
+        """Show the explorer's widget: through `display`, which ipywidgets 7 (Colab's) and 8 both support."""
+        from IPython.display import display
+
+        display(self.widget)
 
 
 def explore_attention(layer: nn.Module | None = None, cross_layer: nn.Module | None = None, **kwargs) -> AttentionExplorer:

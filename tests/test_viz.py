@@ -346,3 +346,34 @@ def test_the_default_cross_layer_takes_the_sizes_of_the_layer_passed_in():
     ex = AttentionExplorer(BidirectionalAttention(12, 3), kind="cross", tokens="a b", context_tokens="c d e")
     assert (ex.layers["cross"].hidden_size, ex.layers["cross"].num_heads) == (12, 3)
     assert ex.compute().weights.shape == (3, 2, 3) and ex.controls["head"].max == 2
+
+
+# ---------------------------------------------------------------- display, under ipywidgets 7.7.1 (Colab) and 8
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+@pytest.fixture
+def shell():
+    """An IPython shell, so that `display` publishes rich output instead of printing."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    yield InteractiveShell.instance()
+    InteractiveShell.clear_instance()
+
+
+def test_the_explorer_displays_as_one_view_of_its_widget(shell):
+    """`display(explorer)` and the explorer as a cell's last expression both publish the widget's view.
+    tests/test_colab.py runs this file under ipywidgets 7.7.1 too, where widgets have no _repr_mimebundle_."""
+    from IPython.display import display
+    from IPython.utils.capture import capture_output
+
+    ex = explore_attention(hidden_size=8, num_heads=2)
+    shell.user_ns["ex"] = ex
+    with capture_output() as captured:
+        display(ex)
+        shell.run_cell("ex")
+    views = [out.data[WIDGET_VIEW] for out in captured.outputs if WIDGET_VIEW in out.data]
+    assert [v["model_id"] for v in views] == [ex.widget.model_id] * 2, captured.outputs
+    assert all(v["version_major"] == 2 for v in views)
+    ex.close()
