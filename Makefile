@@ -9,7 +9,7 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: install lab notebooks export check-export lint test test-unit test-notebooks bench clean
+.PHONY: install lab colab notebooks export check-export lint test test-unit test-notebooks bench clean
 
 install: $(STAMP)
 
@@ -23,9 +23,14 @@ $(STAMP): pyproject.toml constraints.txt
 lab: install
 	$(VENV)/bin/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=notebooks --ip=$(HOST) --port=$(PORT)
 
+# Stamp the Colab badge and setup cell into every notebook and the badges into the README, from the repository URL
+# in pyproject.toml ([project.urls] Repository). Run it after adding a notebook or changing the URL.
+colab: install
+	$(PY) scripts/colab.py
+
 # Re-execute every notebook in a fresh kernel, in place, then regenerate the package from them.
 # Streams are coalesced so that a re-run writes the same bytes however the kernel chunked its output.
-notebooks: install
+notebooks: colab
 	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=300 --ExecutePreprocessor.record_timing=False \
 	    --Exporter.preprocessors='["nbconvert.preprocessors.CoalesceStreamsPreprocessor"]' \
