@@ -12,7 +12,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # is remade even if present, instead of every later command failing with "No such file or directory".
 VENV_OK := $(shell $(PY) -c 'print("yes")' 2>/dev/null)
 
-.PHONY: install venv-broken lab colab notebooks export check-export lint test test-unit test-notebooks bench clean
+.PHONY: install venv-broken lab colab notebooks export check-export lint test test-unit test-colab test-notebooks bench clean
 
 install: $(STAMP)
 
@@ -57,8 +57,13 @@ check-export: install
 lint: install
 	$(VENV)/bin/ruff check attention_lib tests notebooks benchmarks scripts
 
+# tests/ includes tests/test_colab.py: every notebook in a Colab-like environment (see the README).
 test-unit: install
-	$(VENV)/bin/pytest -v tests
+	$(VENV)/bin/pytest -v --durations=5 tests
+
+# The Colab-like test alone.
+test-colab: install
+	$(VENV)/bin/pytest -v tests/test_colab.py
 
 test-notebooks: install
 	$(VENV)/bin/pytest -v --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-with notebooks/sanitize.cfg notebooks
