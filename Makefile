@@ -59,11 +59,11 @@ lint: install
 
 # tests/ includes tests/test_colab.py: every notebook in a Colab-like environment (see the README).
 test-unit: install
-	$(VENV)/bin/pytest -v --durations=5 tests
+	$(VENV)/bin/pytest -v --durations=0 --durations-min=10 tests
 
 # The Colab-like test alone.
 test-colab: install
-	$(VENV)/bin/pytest -v tests/test_colab.py
+	$(VENV)/bin/pytest -v --durations=0 tests/test_colab.py
 
 test-notebooks: install
 	$(VENV)/bin/pytest -v --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-with notebooks/sanitize.cfg notebooks

@@ -21,9 +21,12 @@ Python 3.11 is needed (see tests/colab_env.py); without it these tests skip, or 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -73,9 +76,9 @@ def clone(tmp_path_factory) -> Path:
     return where
 
 
-def test_viz_tests_pass_under_colabs_ipywidgets_7(base, base_versions):
+def test_viz_tests_pass_under_colabs_ipywidgets_7(base, base_versions, runs):
     """tests/test_viz.py (the explorer driven from Python, and its display) in the Colab-like environment, with
-    attention_lib from this working tree."""
+    attention_lib from this working tree. (It asks for `runs` only to start the notebooks meanwhile.)"""
     python = str(base / "bin" / "python")
     # ipywidgets 7 warns on every widget that ipykernel.comm.Comm is deprecated: silenced, it is not ours
     command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"]
@@ -109,33 +112,65 @@ def _write_kernel(tmp: Path, python: Path) -> tuple[Path, Path]:
     return tmp / "kernels", tmp / "ipython"
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS)
-def test_notebook_runs_in_a_colab_like_runtime(name, base, base_versions, clone, tmp_path):
+@dataclass
+class Run:
+    """One notebook executed in its own fresh Colab-like venv."""
+
+    name: str
+    nb: nbformat.NotebookNode  # executed, with a probe cell appended
+    explorers: list[int]  # the cells whose committed output is a widget
+    venv: Path
+    record: Path  # the stub widget manager's calls
+    error: BaseException | None = None
+
+
+def run_notebook(name: str, base: Path, clone: Path, tmp: Path) -> Run:
+    """Copy the clone's notebook alone into tmp/content, make a fresh venv and kernel, execute every cell."""
     from jupyter_client.kernelspec import KernelSpecManager
     from jupyter_client.manager import KernelManager
     from nbclient import NotebookClient
 
-    content = tmp_path / "content"  # Colab's /content: the notebook alone
+    content = tmp / "content"  # Colab's /content: the notebook alone
     content.mkdir()
     shutil.copy(clone / "notebooks" / name, content / name)
-    venv = tmp_path / "venv"
-    python = fresh_env(base, venv)
-    kernels, ipython_dir = _write_kernel(tmp_path, python)
-    record = tmp_path / "colab-calls.txt"
-    source = f"attention-lib[colab] @ file://{clone}"
-    env = clean_env(IPYTHONDIR=str(ipython_dir), ATTENTION_LIB_SOURCE=source, COLAB_STUB_RECORD=str(record))
-    env.pop("MPLBACKEND", None)  # the kernel's inline backend, as in Colab
+    run = Run(name, nbformat.read(content / name, as_version=4), [], tmp / "venv", tmp / "colab-calls.txt")
+    run.explorers = _explorer_cells(run.nb)
+    try:
+        python = fresh_env(base, run.venv)
+        kernels, ipython_dir = _write_kernel(tmp, python)
+        source = f"attention-lib[colab] @ file://{clone}"
+        env = clean_env(IPYTHONDIR=str(ipython_dir), ATTENTION_LIB_SOURCE=source, COLAB_STUB_RECORD=str(run.record))
+        env.pop("MPLBACKEND", None)  # the kernel's inline backend, as in Colab
+        run.nb.cells.append(nbformat.v4.new_code_cell(PROBE))
+        km = KernelManager(kernel_name="colab", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
+        resources = {"metadata": {"path": str(content)}}
+        client = NotebookClient(run.nb, km=km, timeout=300, record_timing=False, resources=resources)
+        client.execute(env=env)  # raises CellExecutionError, with the cell and its traceback, if any cell fails
+    except BaseException as error:  # noqa: BLE001 - reported by the notebook's test
+        run.error = error
+    return run
 
-    nb = nbformat.read(content / name, as_version=4)
-    explorers = _explorer_cells(nb)
+
+@pytest.fixture(scope="module")
+def runs(base, clone, tmp_path_factory) -> dict[str, Future]:
+    """Every notebook's run, started at once, ATTENTION_COLAB_JOBS (default 2) at a time: the runs wait on pip and
+    on kernels as much as on the CPU. Each notebook's test waits for its own."""
+    jobs = int(os.environ.get("ATTENTION_COLAB_JOBS", "2"))
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="colab") as pool:
+        yield {n: pool.submit(run_notebook, n, base, clone, tmp_path_factory.mktemp(Path(n).stem)) for n in NOTEBOOKS}
+        pool.shutdown(cancel_futures=True)
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs_in_a_colab_like_runtime(name, runs, base_versions, clone):
+    run = runs[name].result()
+    if run.error is not None:
+        raise run.error
+    nb, venv = run.nb, run.venv
     calls = [c for c in nb.cells if c.cell_type == "code" and re.search(r"(?<!def )\bexplore_attention\(", c.source)]
-    assert bool(explorers) == bool(calls), (
-        f"{name}: widget outputs in cells {explorers}, explore_attention calls {calls}"
+    assert bool(run.explorers) == bool(calls), (
+        f"{name}: widget outputs in {run.explorers}, explore_attention calls {calls}"
     )
-    nb.cells.append(nbformat.v4.new_code_cell(PROBE))
-    km = KernelManager(kernel_name="colab", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernels)]))
-    client = NotebookClient(nb, km=km, timeout=300, record_timing=False, resources={"metadata": {"path": str(content)}})
-    client.execute(env=env)  # raises CellExecutionError, with the cell and its traceback, if any cell fails
 
     # attention_lib came from the clone, into the fresh venv, with only what the colab extra adds
     probe = json.loads("".join(out["text"] for out in nb.cells[-1].outputs if out.get("name") == "stdout"))
@@ -145,17 +180,18 @@ def test_notebook_runs_in_a_colab_like_runtime(name, base, base_versions, clone,
     assert json.loads((info / "direct_url.json").read_text())["url"] == f"file://{clone}"
 
     # Colab's torch and ipywidgets (and the rest of its stack) are untouched, on disk and in the kernel
+    python = venv / "bin" / "python"
     after = subprocess.run([str(python), "-c", VERSIONS], capture_output=True, text=True, env=clean_env(), check=True)
     assert json.loads(after.stdout) == base_versions
     assert (probe["torch"], probe["ipywidgets"]) == (base_versions["torch"], base_versions["ipywidgets"])
 
     # the setup cell saw Colab and enabled its widget manager
     assert probe["colab"] and probe["calls"] == ["enable_custom_widget_manager"]
-    assert record.read_text().splitlines() == ["enable_custom_widget_manager"]
+    assert run.record.read_text().splitlines() == ["enable_custom_widget_manager"]
 
     # every explorer cell shows a view of an explorer whose model the kernel opened
     state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
-    for i in explorers:
+    for i in run.explorers:
         views = [out["data"][WIDGET_VIEW] for out in nb.cells[i].outputs if WIDGET_VIEW in out.get("data", {})]
         assert len(views) == 1, f"{name} cell {i}: {len(views)} widget views in {nb.cells[i].outputs}"
         model = state.get(views[0]["model_id"], {}).get("state", {})
