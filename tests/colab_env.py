@@ -6,7 +6,8 @@
 The base environment is a Python 3.11 venv holding the packages of Colab that matter to the series, at the versions
 of constraints.txt where it pins them: torch 2.13.0 (the CPU build on this machine's disk; Colab brings its own
 CUDA build), ipywidgets 7.7.1 (Colab's long-standing version), matplotlib, numpy, transformers,
-sentence-transformers (with scipy and scikit-learn, all preinstalled in Colab) and ipykernel; plus pytest, which
+sentence-transformers (with scipy and scikit-learn, all preinstalled in Colab), fastcore (preinstalled with Colab's
+fastai) and ipykernel; plus pytest, which
 only runs tests/test_viz.py under ipywidgets 7. attention_lib is not in it. Building it takes a few
 minutes; it is keyed on a hash of constraints.txt and of the package list below, so it is built again only when
 one of them changes, and it is shared by every checkout on the machine (a fresh clone in CI reuses it).
@@ -44,7 +45,10 @@ PYTHON_VERSION = "3.11"
 # What a bare Colab runtime has that the notebooks touch. torch alone first and pinned, as in the Makefile: an
 # unpinned torch would pull a CUDA build of several GB.
 TORCH = "torch==2.13.0"
-PACKAGES = ["ipywidgets==7.7.1", "matplotlib", "numpy", "transformers", "sentence-transformers", "ipykernel", "pytest"]
+PACKAGES = [
+    "ipywidgets==7.7.1", "matplotlib", "numpy", "transformers", "sentence-transformers", "fastcore", "ipykernel",
+    "pytest",
+]
 # Pins of constraints.txt that belong to ipywidgets 8 and would contradict ipywidgets==7.7.1.
 NOT_CONSTRAINED = {"ipywidgets", "widgetsnbextension", "jupyterlab-widgets"}
 

