@@ -195,5 +195,7 @@ def test_notebook_runs_in_a_colab_like_runtime(name, runs, base_versions, clone)
         views = [out["data"][WIDGET_VIEW] for out in nb.cells[i].outputs if WIDGET_VIEW in out.get("data", {})]
         assert len(views) == 1, f"{name} cell {i}: {len(views)} widget views in {nb.cells[i].outputs}"
         model = state.get(views[0]["model_id"], {}).get("state", {})
-        assert model.get("_model_name") == "HBoxModel" and "attn-explorer" in model.get("_dom_classes", []), model
+        # the explorer's outer box carries the class "attn-explorer" (attention_lib.viz.explorer)
+        is_box = model.get("_model_name", "").endswith("BoxModel")
+        assert is_box and "attn-explorer" in model.get("_dom_classes", []), model
     shutil.rmtree(venv)  # passed: free the ~90 MB it installed (a failing run keeps it, to look at)
