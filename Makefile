@@ -9,7 +9,7 @@ PORT ?= 8888
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: install lab notebooks export check-export lint test test-unit test-notebooks bench clean
+.PHONY: install lab notebooks export check-export lint test test-unit test-notebooks bench quote-bench clean
 
 install: $(STAMP)
 
@@ -51,6 +51,11 @@ test: lint check-export test-unit test-notebooks
 
 bench: install
 	$(PY) benchmarks/run.py
+
+# Write the tables of the recorded run each marker names (run=latest: the newest in benchmarks/results/) into
+# README.md and the notebooks; tests/test_quote_bench.py fails when a quoted table differs from its run.
+quote-bench:
+	$(PYTHON) scripts/quote_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache test-artifacts build *.egg-info
