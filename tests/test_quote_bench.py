@@ -22,7 +22,7 @@ def test_quoted_tables_agree_with_their_recorded_run(capsys):
     assert quote_bench.main(["--check"]) == 0, capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["README.md", "03_bidirectional.ipynb", "04_causal.ipynb"])
+@pytest.mark.parametrize("name", ["README.md", "03_bidirectional.ipynb", "04_causal.ipynb", "05_cross.ipynb"])
 def test_readme_and_notebooks_03_to_05_quote_tables(name):
     if name.endswith(".md"):
         text = (ROOT / name).read_text()
