@@ -12,7 +12,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # is remade even if present, instead of every later command failing with "No such file or directory".
 VENV_OK := $(shell $(PY) -c 'print("yes")' 2>/dev/null)
 
-.PHONY: install venv-broken lab colab notebooks export check-export lint test test-unit test-colab test-notebooks bench bench-explorer clean
+.PHONY: install venv-broken lab colab notebooks export check-export lint test test-unit test-colab test-notebooks bench bench-explorer quote-bench clean
 
 install: $(STAMP)
 
@@ -77,6 +77,11 @@ bench: install
 # The report goes to benchmarks/results/explorer.txt, which the README quotes.
 bench-explorer: install
 	$(PY) benchmarks/explorer.py
+
+# Write the tables of the recorded run each marker names (run=latest: the newest in benchmarks/results/) into
+# README.md and the notebooks; tests/test_quote_bench.py fails when a quoted table differs from its run.
+quote-bench:
+	$(PYTHON) scripts/quote_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis test-artifacts build dist *.egg-info

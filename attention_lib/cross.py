@@ -123,12 +123,13 @@ class DecoderBlock(nn.Module):
 
         x = x + self_attn(norm1(x), mask)                     # CausalAttention over the decoder's tokens
         x = x + cross_attn(norm2(x), context, context_mask)   # CrossAttention over the encoder's output
-        x = x + ffn(norm3(x))                                 # Linear(C, F) -> ReLU -> Linear(F, C)
+        x = x + ffn(norm3(x))                                 # Linear(C, C_ff) -> ReLU -> Linear(C_ff, C)
 
     x: (B, S, C), S <= context_size; context: (B, S_kv, C_kv) (C_kv = kv_hidden_size, C by default); mask: the
     decoder's (B, S) padding mask, context_mask: the context's (B, S_kv) one (bool, True = real token). Returns
     (B, S, C). `dropout` acts on the attention weights, after each sub-layer and inside the FFN, in training only.
-    Computes what `nn.TransformerDecoderLayer(C, NH, F, dropout, norm_first=True, batch_first=True)` computes.
+    C_ff = ffn_size is the feed-forward width. Computes what
+    `nn.TransformerDecoderLayer(C, NH, C_ff, dropout, norm_first=True, batch_first=True)` computes.
     """
 
     def __init__(self, hidden_size: int, num_heads: int, ffn_size: int, context_size: int,

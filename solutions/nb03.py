@@ -29,6 +29,16 @@ def multi_head_attention(x, Wqkv, Wo, num_heads):
     return _mha(x, Wqkv, Wo, num_heads)
 
 
+def through_our_layer(x, Wqkv, Wo, num_heads):
+    from attention_lib import BidirectionalAttention
+
+    layer = BidirectionalAttention(x.shape[-1], num_heads)
+    layer.Wqkv.load_state_dict(Wqkv.state_dict())
+    layer.Wo.load_state_dict(Wo.state_dict())
+    layer.attn_impl = "explicit"  # not even SDPA: the grader must still notice the layer
+    return layer(x)
+
+
 def torch_attention(mha, x, mask):
     return mha(x, x, x, key_padding_mask=~mask, need_weights=False)[0]  # (B, S, C)
 
@@ -46,6 +56,7 @@ WRONG = {
         (lambda x, Wqkv, Wo, NH: _mha(x, Wqkv, Wo, NH, divisor=math.sqrt(x.shape[-1])), "head size"),
         (lambda x, Wqkv, Wo, NH: _mha(x, Wqkv, Wo, NH, transpose=False), "without the transpose"),
         (lambda x, Wqkv, Wo, NH: torch.nn.functional.scaled_dot_product_attention(x, x, x), "write the attention out"),
+        (through_our_layer, "a layer of attention_lib"),
     ],
     "check_03_3": [
         (lambda mha, x, mask: mha(x, x, x, key_padding_mask=mask, need_weights=False)[0], "~mask"),

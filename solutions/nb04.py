@@ -2,6 +2,8 @@
 
 import torch
 
+from attention_lib import causal_mask
+
 
 def average_past(x):
     S = x.shape[1]
@@ -13,7 +15,7 @@ def decode_mask(S_new, S_total):
     return torch.ones(S_new, S_total, dtype=torch.bool).tril(diagonal=S_total - S_new)  # (S_new, S_total)
 
 
-def position_ids(mask):
+def left_padded_positions(mask):
     return (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, S)
 
 
@@ -46,7 +48,7 @@ def generate_without_cache(layer, prompt, steps):
 SOLUTIONS = {
     "check_04_1": average_past,
     "check_04_2": decode_mask,
-    "check_04_3": position_ids,
+    "check_04_3": left_padded_positions,
     "check_04_4": generate,
 }
 
@@ -57,6 +59,7 @@ WRONG = {
     ],
     "check_04_2": [
         (lambda S_new, S_total: torch.ones(S_new, S_total, dtype=torch.bool).tril(), "top left"),
+        (lambda S_new, S_total: causal_mask(S_new, S_total)[0], "instead of calling causal_mask"),
         (lambda S_new, S_total: ~decode_mask(S_new, S_total), "may attend"),
     ],
     "check_04_3": [

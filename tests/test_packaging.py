@@ -1,7 +1,10 @@
 """The project's own files agree with each other: conda's environment.yml and pip's pyproject.toml, the pins."""
 
+import json
 import re
+import sys
 import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import yaml
@@ -39,6 +42,37 @@ def environment_packages() -> set[str]:
 def test_environment_yml_lists_the_same_packages_as_pyproject():
     conda, pip = environment_packages(), pyproject_packages()
     assert conda == pip, f"only in environment.yml: {sorted(conda - pip)}; only in pyproject: {sorted(pip - conda)}"
+
+
+def notebook_imports() -> dict[str, set[str]]:
+    """Top-level module -> the notebooks whose code cells import it."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            for line in "".join(cell["source"]).splitlines():
+                match = re.match(r"\s*(?:from\s+([\w.]+)\s+import|import\s+([\w.]+))", line)
+                if match:
+                    found.setdefault((match.group(1) or match.group(2)).split(".")[0], set()).add(path.name)
+    return found
+
+
+def test_what_the_notebooks_import_comes_with_the_notebooks_extra():
+    """`pip install attention-lib[notebooks]` (what Colab's setup cell installs) must bring every module a notebook
+    imports: a declared runtime or notebooks requirement, or a requirement of one of them."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = {_name(r) for r in project["dependencies"] + project["optional-dependencies"]["notebooks"]}
+    reachable = set(declared)
+    for dist in declared:
+        reachable |= {_name(r) for r in metadata.requires(dist) or [] if "extra ==" not in r}
+    providers = metadata.packages_distributions()
+    own = {"attention_lib", "google"}  # the package itself; Colab's own module, imported only inside Colab
+    for module, notebooks in sorted(notebook_imports().items()):
+        if module in sys.stdlib_module_names or module in own:
+            continue
+        dists = {_name(d) for d in providers.get(module, [])}
+        assert dists & reachable, f"{sorted(notebooks)} import {module} ({sorted(dists)}), not in the notebooks extra"
 
 
 def test_every_package_is_pinned_and_torch_is_the_cpu_release():

@@ -44,18 +44,25 @@ def _multi_head(x, Wqkv, Wo, num_heads, scale="head", merge="right"):
 
 
 @contextlib.contextmanager
-def _no_sdpa():
-    """Make F.scaled_dot_product_attention unusable inside the block: the exercise asks for the maths."""
+def _written_out():
+    """Inside the block F.scaled_dot_product_attention and every layer of attention_lib refuse to run: the exercise
+    asks for the maths written out."""
     original = F.scaled_dot_product_attention
 
     def refuse(*args, **kwargs):
         raise Hint("write the attention out (scores, softmax, weighted sum) instead of calling "
                    "F.scaled_dot_product_attention or a layer of attention_lib")
 
+    def refuse_our_layers(module, args):
+        if type(module).__module__.startswith("attention_lib."):
+            refuse()
+
     F.scaled_dot_product_attention = refuse
+    handle = nn.modules.module.register_module_forward_pre_hook(refuse_our_layers)
     try:
         yield
     finally:
+        handle.remove()
         F.scaled_dot_product_attention = original
 
 
@@ -66,7 +73,7 @@ def check_03_2(multi_head_attention) -> str:
     B, S, C, NH = 2, 5, 12, 3
     Wqkv, Wo = nn.Linear(C, 3 * C), nn.Linear(C, C)
     x = torch.randn(B, S, C)  # (B, S, C)
-    with torch.no_grad(), _no_sdpa():
+    with torch.no_grad(), _written_out():
         got = multi_head_attention(x.clone(), Wqkv, Wo, NH)
     got = expect_shape(expect_tensor(got, "the output"), (B, S, C), "the output").detach()
     with torch.no_grad():
