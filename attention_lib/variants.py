@@ -227,44 +227,36 @@ def _check_rope_theta(rope_theta: float | None, head_size: int) -> float | None:
     return float(rope_theta)
 
 
+def _check_groups(num_heads: int, num_kv_heads: int) -> int:
+    """NKV, checked: a whole number of query heads per key/value head."""
+    num_kv_heads = check_size("num_kv_heads", num_kv_heads)
+    if num_heads % num_kv_heads != 0:
+        raise ValueError(
+            f"num_heads must be a multiple of num_kv_heads (each key/value head serves a whole group of query "
+            f"heads), got num_heads={num_heads}, num_kv_heads={num_kv_heads}"
+        )
+    return num_kv_heads
+
+# %% ../notebooks/08_variants.ipynb #acce32f7
 class GroupedQueryAttention(AttentionBase):
     """Causal self-attention whose NKV key/value heads are shared by groups of query heads (分组查询注意力), with
     optional rotary embeddings, ALiBi and a sliding window: the attention of LLaMA, Mistral, Falcon, MPT, BLOOM.
 
-    Wqkv: C -> (NH + 2·NKV)·HS, laid out [q | k | v]; Wo: C -> C. Query head h reads key/value head h // G,
-    G = NH // NKV; NKV == NH is multi-head, NKV == 1 multi-query attention. `context_size`: the most tokens the
-    layer accepts (forward, or cached and new together when decoding). `rope_theta`: rotary embeddings with this
-    base, halves layout (Hugging Face Llama's). `alibi`: add -m_h·(i - j) to the scores. `window`: query i sees
-    keys i - window + 1 .. i only.
-
-    forward(x, mask=None, return_weights=False, positions=None): x (B, S, C); mask bool, True = may attend, a
-    (B, S) padding mask or broadcasting to (B, NH, S, S), ANDed with the causal (and window) mask; positions (S,)
-    or (B, S) integers for the rotary angles, default 0..S-1 (under left padding pass `padding_positions(mask)`).
-    Returns (B, S, C), or (out, weights (B, NH, S, S)) with `return_weights=True`. A query with no visible key gets
-    zero weights and a zero context, never NaN.
+    Wqkv: C -> (NH + 2·NKV)·HS laid out [q | k | v]; Wo: C -> C. Query head h reads key/value head h // G,
+    G = NH // NKV (NKV == NH: multi-head, NKV == 1: multi-query). `context_size`: the most tokens accepted (when
+    decoding: cached and new together). `rope_theta`: rotary embeddings with this base, halves layout.
+    `alibi`: add -m_h·(i - j) to the scores. `window`: query i sees keys i - window + 1 .. i only.
+    forward(x, mask=None, return_weights=False, positions=None): x (B, S, C); mask bool (True = may attend), a
+    (B, S) padding mask or broadcasting to (B, NH, S, S); positions (S,) or (B, S) for the rotary angles, default
+    0..S-1. Returns (B, S, C) [, weights (B, NH, S, S)]; a query with no visible key gets zeros, never NaN.
     Cached generation: `cache = layer.new_cache(B)`, then `layer.decode(x_new, cache, mask, positions=...)`.
     """
 
-    def __init__(
-        self,
-        hidden_size: int,
-        num_heads: int,
-        num_kv_heads: int,
-        context_size: int,
-        bias: bool = False,
-        rope_theta: float | None = None,
-        alibi: bool = False,
-        window: int | None = None,
-        attn_drop: float = 0.0,
-        out_drop: float = 0.0,
-    ):
+    def __init__(self, hidden_size: int, num_heads: int, num_kv_heads: int, context_size: int, bias: bool = False,
+                 rope_theta: float | None = None, alibi: bool = False, window: int | None = None,
+                 attn_drop: float = 0.0, out_drop: float = 0.0):
         super().__init__(hidden_size, num_heads, attn_drop, out_drop, bias)
-        self.num_kv_heads = check_size("num_kv_heads", num_kv_heads)  # NKV
-        if self.num_heads % self.num_kv_heads != 0:
-            raise ValueError(
-                f"num_heads must be a multiple of num_kv_heads (each key/value head serves a whole group of query "
-                f"heads), got num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}"
-            )
+        self.num_kv_heads = _check_groups(self.num_heads, num_kv_heads)  # NKV
         self.groups = self.num_heads // self.num_kv_heads  # G: query heads per key/value head
         self.context_size = check_size("context_size", context_size)
         self.window = None if window is None else check_size("window", window)
@@ -360,7 +352,7 @@ def _attend_groups(
     if bias is None:
         context, weights = attend(q, k, v, mask, p, is_causal, attn_impl=impl)  # (B, NH|NKV, S|G, HS)
     else:
-        context, weights = attend_with_bias(q, k, v, bias, mask, p, is_causal, attn_impl=impl)
+        context, weights = attend_with_bias(q, k, v, bias, mask, p, is_causal, attn_impl=impl)  # the same shapes
     out = self.out_drop(self.Wo(self._merge_heads(context.reshape(B, NH, S, HS))))  # (B, S, C)
     return (out, weights.reshape(B, NH, S, S_kv)) if return_weights else out
 
@@ -468,7 +460,7 @@ def decode(
 def grouped_rows(num_kv_heads: int, groups: int, head_size: int) -> Tensor:
     """Row order that turns a projection laid out group by group, (NKV, G + 2, HS) = each group's G query heads,
     its key head, its value head, into [q | k | v]: `weight[grouped_rows(...)]`. G = 1 is head by head (NH, 3, HS)."""
-    rows = torch.arange(num_kv_heads * (groups + 2) * head_size).reshape(num_kv_heads, groups + 2, head_size)
+    rows = torch.arange(num_kv_heads * (groups + 2) * head_size).reshape(num_kv_heads, groups + 2, head_size)  # (NKV, G + 2, HS)
     return torch.cat([rows[:, :groups].reshape(-1), rows[:, groups].reshape(-1), rows[:, groups + 1].reshape(-1)])
 
 # %% ../notebooks/08_variants.ipynb #256ef62e
