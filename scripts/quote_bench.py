@@ -12,7 +12,7 @@ markdown cell of a notebook (notebooks/*.ipynb):
 
 `rows` selects the rows of the run whose name starts with that text (leave it out for every row); `run` names a
 recorded run, the stem of a file in benchmarks/results/ (`run=2026-11-30-1f8cf8a742`), or `latest`, the newest
-recorded run (by the date it recorded). Everything between the two comments is replaced; edit the comments, not
+recorded run (by the date it recorded) that measured those rows. Everything between the two comments is replaced; edit the comments, not
 the table. Each table shows, per side, the median time over the rounds and its interquartile range computed from
 the recorded rounds, the paired time ratio and its quartiles, the smallest and largest per-round ratio, the ratio
 of the medians, and peak memory, exactly as `benchmarks/run.py` recorded them.
@@ -59,12 +59,16 @@ def load_runs(root: Path) -> dict[str, Run]:
     return {p.stem: Run(p.stem, json.loads(p.read_text())) for p in sorted((root / RESULTS).glob("*.json"))}
 
 
-def resolve(runs: dict[str, Run], name: str) -> Run:
-    """`latest` is the run with the newest recorded date (then the largest stem); any other name is a stem."""
+def resolve(runs: dict[str, Run], name: str, prefix: str = "") -> Run:
+    """`latest` is the newest recorded run (by date, then stem) that measured rows starting with `prefix` (a run of
+    some rows only, e.g. `run.py --only variants`, does not hide the rows it skipped); any other name is a stem."""
     if not runs:
         raise QuoteError(f"no recorded run in {RESULTS}/: run `make bench` first")
     if name == "latest":
-        return max(runs.values(), key=lambda r: (r.env.get("date", ""), r.stem))
+        measured = [r for r in runs.values() if any(row["name"].startswith(prefix) for row in r.record["rows"])]
+        if not measured:
+            raise QuoteError(f"no recorded run has a row whose name starts with {prefix!r}")
+        return max(measured, key=lambda r: (r.env.get("date", ""), r.stem))
     if name not in runs:
         raise QuoteError(f"run={name!r} is not a recorded run; recorded: {', '.join(sorted(runs))}")
     return runs[name]
@@ -155,7 +159,7 @@ def fill(text: str, runs: dict[str, Run], link_base: str, where: str) -> tuple[s
         if unknown or "run" not in attrs:
             raise QuoteError(f"{where}: a bench marker takes rows=\"prefix\" and run=<stem or latest>, "
                              f"got {match.group(0).splitlines()[0]!r}")
-        run = resolve(runs, attrs["run"])
+        run = resolve(runs, attrs["run"], attrs.get("rows", ""))
         count += 1
         try:
             body = table(run, attrs.get("rows", ""), f"{link_base}{RESULTS.as_posix()}/{run.stem}.md")

@@ -96,7 +96,7 @@ def test_a_pinned_run_stays_quoted(tree):
 
 
 @pytest.mark.parametrize("marker, message", [
-    ('<!-- bench rows="cross" run=latest -->', "no row whose name starts with 'cross'"),
+    ('<!-- bench rows="cross" run=latest -->', "no recorded run has a row whose name starts with 'cross'"),
     ("<!-- bench run=2020-01-01-nope -->", "not a recorded run"),
     ('<!-- bench rows="causal" -->', "run=<stem or latest>"),
 ])
