@@ -10,6 +10,7 @@ exposes its rows as a function `rows() -> list[Row]` (or a list `ROWS`). Adding 
         make=make_forward,                              # a module-level function of the rows module
         params={"S": 512},                              # JSON-able keyword arguments of `make`
         max_time_ratio=1.0,                             # fail when time(ours) / time(theirs) is above this
+                                                        # (None: time is measured and shown, not checked)
         max_memory_ratio=1.0)                           # fail when peak(ours) / peak(theirs) is above this
                                                         # (None: memory is measured and shown, not checked)
 
@@ -79,7 +80,7 @@ class Row:
     name: str
     make: Callable[..., tuple[Callable[[], object], Callable[[], object]]]
     params: dict = field(default_factory=dict)
-    max_time_ratio: float = 1.0
+    max_time_ratio: float | None = 1.0
     max_memory_ratio: float | None = 1.0
     warmup: int = 1
     min_repeats: int = 5
@@ -133,7 +134,7 @@ class Result:
 
     @property
     def time_ok(self) -> bool:
-        return self.time_ratio <= self.row.max_time_ratio
+        return self.row.max_time_ratio is None or self.time_ratio <= self.row.max_time_ratio
 
     @property
     def memory_ok(self) -> bool:
