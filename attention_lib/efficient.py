@@ -8,6 +8,9 @@ import math
 import torch
 from torch import Tensor
 
+from .checks import check_size
+from .functional import _check_mask_tensor, register_attention_impl
+
 # %% auto #0
 __all__ = ['online_softmax_update', 'tile_mask', 'tiled_forward', 'tiled_backward', 'TiledAttention', 'tiled_attention']
 
@@ -158,27 +161,21 @@ def _check_tiled_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bl
             f"q (..., S, HS), k (..., S_kv, HS) and v (..., S_kv, HS_v) must agree, got q {tuple(q.shape)}, "
             f"k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
-    scores = (q.size(-2), k.size(-2))  # (S, S_kv)
-    if mask is not None:
-        if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-            got = f"{mask.dtype} with shape {tuple(mask.shape)}" if isinstance(mask, Tensor) else type(mask).__name__
-            raise TypeError(f"mask must be a bool tensor (True = may attend), got {got}")
-        if mask.device != q.device:
-            raise ValueError(f"mask must be on the device of q ({q.device}), got {mask.device}")
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be an int >= 1, got {block_size!r}")
+    _check_mask_tensor(mask, q)  # bool, on q's device: the rule of every path (notebook 00)
+    check_size("block_size", block_size)
+    S, S_kv = q.size(-2), k.size(-2)
+    leads = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if mask is None else [mask.shape[:-2]])
     try:
-        lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-        if mask is not None:
-            if mask.ndim < 1 or any(m not in (1, s) for m, s in zip(mask.shape[-2:][::-1], scores[::-1], strict=False)):
-                raise RuntimeError
-            lead = torch.broadcast_shapes(lead, mask.shape[:-2])
+        lead = torch.broadcast_shapes(*leads)
+        fits = mask is None or torch.broadcast_shapes(mask.shape[-2:], (S, S_kv)) == (S, S_kv)
     except RuntimeError:
-        got = "" if mask is None else f", mask {tuple(mask.shape)}"
+        fits = False
+    if not fits:
+        got = "" if mask is None else f" and mask {tuple(mask.shape)}"
         raise ValueError(
-            f"the leading sizes of q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} must broadcast and "
-            f"the mask must broadcast to (..., S, S_kv) = (..., {scores[0]}, {scores[1]}){got}"
-        ) from None
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}{got} must broadcast to the scores "
+            f"(..., S, S_kv) = (..., {S}, {S_kv})"
+        )
     return tuple(lead)
 
 # %% ../notebooks/07_efficient.ipynb #6e5aa66d
@@ -200,3 +197,19 @@ def tiled_attention(
     if mask is not None:
         mask = mask.reshape((1,) * (len(lead) + 2 - mask.ndim) + tuple(mask.shape))  # the scores' rank, a view
     return TiledAttention.apply(q, k, v, mask, bool(is_causal), block_size)  # (..., S, HS_v)
+
+# %% ../notebooks/07_efficient.ipynb #e419bbf1
+def _tiled_impl(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p: float, is_causal: bool):
+    """`attn_impl="tiled"`: `tiled_attention` as `attend` calls it; returns (context, None): it has no weights.
+
+    Attention dropout is refused (`ValueError`): the backward would have to drop the very same weights again.
+    """
+    if dropout_p > 0:
+        raise ValueError(
+            f"attn_impl='tiled' has no attention dropout, got dropout_p={dropout_p}: set attn_drop=0, call "
+            "layer.eval(), or train with attn_impl='sdpa' or 'explicit'"
+        )
+    return tiled_attention(q, k, v, mask, is_causal), None  # (..., S, HS), no weights
+
+
+register_attention_impl("tiled", _tiled_impl)
