@@ -1,6 +1,8 @@
 """The tiled attention of attention_lib.efficient against the explicit path, SDPA and a float64 reference."""
 
 import math
+import traceback
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,9 +13,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 import attention_lib.efficient as efficient
+from attention_lib import BidirectionalAttention, CausalAttention, CrossAttention, SingleHeadAttention, attend
 from attention_lib.efficient import online_softmax_update, tiled_attention, tiled_backward, tiled_forward
-from attention_lib.functional import causal_mask, explicit_attention, fused_attention, padding_mask
+from attention_lib.functional import attention_impls, causal_mask, explicit_attention, padding_mask, sdpa_attention
 
+PACKAGE = Path(efficient.__file__).resolve().parent
 CUDA = [pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
 
 
@@ -72,7 +76,7 @@ def test_outputs_and_gradients_equal_explicit_and_sdpa(B, NH, S, S_kv, HS, block
         mask = padding_mask(lengths, S_kv, left=padding == "left")[:, None, None, :]  # (B, 1, 1, S_kv)
     out_t = tiled_attention(q, k, v, mask, is_causal=is_causal, block_size=block_size)
     out_e, _ = explicit_attention(q, k, v, mask, is_causal=is_causal)
-    out_f = fused_attention(q, k, v, mask, is_causal=is_causal)
+    out_f = sdpa_attention(q, k, v, mask, is_causal=is_causal)
     assert out_t.shape == (B, NH, S, HS)
     assert torch.allclose(out_t, out_e, atol=1e-5) and torch.allclose(out_t, out_f, atol=1e-5)
     g_t, g_e, g_f = (grads(o, (q, k, v)) for o in (out_t, out_e, out_f))
@@ -112,7 +116,7 @@ def test_block_sizes_that_do_not_divide_and_s_different_from_s_kv(S, S_kv, block
 def test_causal_aligns_at_the_end_of_the_keys():
     q, k, v = qkv(1, 1, 3, 7, 4)
     out = tiled_attention(q, k, v, is_causal=True, block_size=2)
-    assert torch.allclose(out, fused_attention(q, k, v, causal_mask(3, 7)), atol=1e-6)
+    assert torch.allclose(out, sdpa_attention(q, k, v, causal_mask(3, 7)), atol=1e-6)
     # the last query sees every key: its output is that of plain attention
     assert torch.allclose(out[..., -1, :], F.scaled_dot_product_attention(q, k, v)[..., -1, :], atol=1e-6)
 
@@ -310,7 +314,7 @@ def test_on_cuda_equals_sdpa(device):
     mask = padding_mask([45, 20], left=True).to(device)[:, None, None, :]
     out = tiled_attention(q, k, v, mask, is_causal=True, block_size=16)
     assert out.device.type == "cuda"
-    assert torch.allclose(out, fused_attention(q, k, v, mask, is_causal=True), atol=1e-5)
+    assert torch.allclose(out, sdpa_attention(q, k, v, mask, is_causal=True), atol=1e-5)
 
 
 def test_float64_is_computed_in_float64():
@@ -329,20 +333,21 @@ GOOD = torch.randn(1, 2, 4, 8)
 @pytest.mark.parametrize(
     "kwargs,error,match",
     [
-        ({"mask": torch.ones(1, 4)}, TypeError, r"mask must be a bool tensor .*torch.float32"),
-        ({"mask": [[True] * 4]}, TypeError, r"mask must be a bool tensor .*list"),
-        ({"mask": torch.ones(3, 4, dtype=torch.bool)}, ValueError, r"\(\.\.\., 4, 4\), mask \(3, 4\)"),
-        ({"mask": torch.ones(2, 3, 4, 4, dtype=torch.bool)}, ValueError, r"must broadcast"),
-        ({"mask": torch.tensor(True)}, ValueError, r"mask \(\)"),
+        ({"mask": torch.ones(1, 4)}, TypeError, r"mask must be a torch.Tensor of dtype torch.bool .*torch.float32"),
+        ({"mask": [[True] * 4]}, TypeError, r"mask must be a torch.Tensor of dtype torch.bool .*list"),
+        ({"mask": torch.ones(3, 4, dtype=torch.bool)}, ValueError, r"mask \(3, 4\) must broadcast .*\(\.\.\., 4, 4\)"),
+        ({"mask": torch.ones(2, 3, 4, 4, dtype=torch.bool)}, ValueError, r"must broadcast to the scores"),
+        ({"mask": torch.ones(4, 5, dtype=torch.bool)}, ValueError, r"mask \(4, 5\) must broadcast"),
         ({"k": GOOD[..., :6]}, ValueError, r"must agree, got q \(1, 2, 4, 8\), k \(1, 2, 4, 6\)"),
         ({"v": GOOD[..., :3, :]}, ValueError, r"must agree.*v \(1, 2, 3, 8\)"),
+        ({"k": torch.randn(3, 4, 8)}, ValueError, r"k \(3, 4, 8\).*must broadcast"),
         ({"v": GOOD.double()}, TypeError, r"one dtype, got torch.float32, torch.float32, torch.float64"),
         ({"q": GOOD.long()}, TypeError, r"q must be a floating-point tensor .*torch.int64"),
         ({"k": GOOD[0, 0, 0]}, TypeError, r"k must be a floating-point tensor of shape \(\.\.\., S, HS\).*\(8,\)"),
         ({"q": "not a tensor"}, TypeError, r"q must be .*got str"),
         ({"block_size": 0}, ValueError, r"block_size must be an int >= 1, got 0"),
-        ({"block_size": 2.0}, ValueError, r"block_size must be an int >= 1, got 2.0"),
-        ({"block_size": True}, ValueError, r"block_size .*True"),
+        ({"block_size": 2.0}, TypeError, r"block_size must be an int >= 1, got 2.0"),
+        ({"block_size": True}, TypeError, r"block_size .*True"),
     ],
 )
 def test_bad_inputs_are_refused(kwargs, error, match):
@@ -354,5 +359,108 @@ def test_bad_inputs_are_refused(kwargs, error, match):
 @pytest.mark.parametrize("device", CUDA)
 def test_a_mask_on_another_device_is_refused(device):
     q = GOOD.to(device)
-    with pytest.raises(ValueError, match="mask must be on the device of q"):
+    with pytest.raises(ValueError, match="mask must be on the device of the queries"):
         tiled_attention(q, q, q, torch.ones(4, 4, dtype=torch.bool))
+
+
+def test_a_scalar_mask_is_all_or_nothing():
+    q, k, v = qkv(1, 2, 4, 5, 4)
+    assert torch.allclose(tiled_attention(q, k, v, torch.tensor(True)), sdpa_attention(q, k, v), atol=1e-6)
+    assert torch.equal(tiled_attention(q, k, v, torch.tensor(False)), torch.zeros(1, 2, 4, 4))
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_junk_arguments_get_a_package_error_never_a_torch_one(data):
+    q = torch.randn(2, 3, 4)
+    name = data.draw(st.sampled_from(["mask", "block_size", "q", "k", "v"]), label="argument")
+    value = data.draw(
+        st.one_of(
+            st.none(), st.booleans(), st.integers(-3, 0), st.floats(allow_nan=True), st.text(max_size=2),
+            st.just([]), st.just(torch.ones(2, 3, 3)), st.just(torch.tensor([2.5, 1.0])),
+            st.just(torch.ones(5, dtype=torch.bool)), st.just(torch.ones(2, 1, 2, dtype=torch.bool)),
+        ),
+        label="value",
+    )
+    args = {"q": q, "k": q, "v": q, name: value}
+    try:
+        tiled_attention(**args)
+    except (TypeError, ValueError) as err:
+        raised_in = Path(traceback.extract_tb(err.__traceback__)[-1].filename).resolve()
+        assert raised_in.parent == PACKAGE, f"{type(err).__name__} raised outside the package: {err}"
+    else:  # valid: no mask, or values (2, S_kv=3, HS_v) of a size of their own
+        valid_v = name == "v" and isinstance(value, torch.Tensor) and value.is_floating_point()
+        valid_v = valid_v and value.shape[:2] == (2, 3)
+        assert (name == "mask" and value is None) or valid_v, f"{name}={value!r} was accepted"
+
+
+# --- the third path of every layer --------------------------------------------------------------------------------
+
+
+def test_the_tiled_path_is_registered():
+    assert "tiled" in attention_impls()
+    q, k, v = qkv(2, 2, 5, 7, 4)
+    mask = padding_mask([7, 2], left=True)[:, None, None, :]
+    ctx, weights = attend(q, k, v, mask, is_causal=True, attn_impl="tiled")
+    assert weights is None
+    assert torch.allclose(ctx, attend(q, k, v, mask, is_causal=True, attn_impl="explicit")[0], atol=1e-5)
+
+
+def test_attention_dropout_is_refused_with_a_clear_error():
+    q, k, v = qkv(1, 2, 4, 4, 4)
+    with pytest.raises(ValueError, match=r"attn_impl='tiled' has no attention dropout, got dropout_p=0.1"):
+        attend(q, k, v, dropout_p=0.1, attn_impl="tiled")
+    layer = BidirectionalAttention(8, 2, attn_drop=0.1)
+    layer.attn_impl = "tiled"
+    x = torch.randn(2, 3, 8)
+    with pytest.raises(ValueError, match="attn_drop=0"):
+        layer.train()(x)
+    with torch.no_grad():
+        assert torch.allclose(layer.eval()(x), BidirectionalAttention.forward(_with_impl(layer, "sdpa"), x), atol=1e-6)
+
+
+def _with_impl(layer, impl):
+    layer.attn_impl = impl
+    return layer
+
+
+def _layer_cases():
+    torch.manual_seed(0)
+    C, NH = 16, 4
+    x, context = torch.randn(3, 7, C), torch.randn(3, 11, 12)
+    return {
+        "single": (SingleHeadAttention(C), lambda lay: lay(x, padding_mask([7, 4, 0]))),
+        "bidirectional": (BidirectionalAttention(C, NH), lambda lay: lay(x, padding_mask([7, 4, 1]))),
+        "causal": (CausalAttention(C, NH, context_size=8), lambda lay: lay(x, padding_mask([7, 3, 1], left=True))),
+        "cross": (CrossAttention(C, NH, kv_hidden_size=12), lambda lay: lay(x, context, padding_mask([11, 5, 0]))),
+    }
+
+
+@pytest.mark.parametrize("kind", ["single", "bidirectional", "causal", "cross"])
+def test_every_layer_gives_the_same_outputs_and_gradients_on_the_tiled_path(kind):
+    layer, run = _layer_cases()[kind]
+    results = {}
+    for impl in ("sdpa", "explicit", "tiled"):
+        layer.attn_impl = impl
+        layer.zero_grad()
+        out = run(layer)
+        assert bool(out.isfinite().all())
+        out.pow(2).sum().backward()
+        results[impl] = [out.detach()] + [p.grad.clone() for p in layer.parameters()]
+    for other in ("sdpa", "explicit"):
+        for a, b in zip(results["tiled"], results[other], strict=True):
+            assert torch.allclose(a, b, atol=1e-5), other
+
+
+def test_decoding_with_a_kv_cache_on_the_tiled_path():
+    torch.manual_seed(0)
+    layer = CausalAttention(16, 4, context_size=12).eval()
+    layer.attn_impl = "tiled"
+    x = torch.randn(2, 9, 16)
+    mask = padding_mask([9, 6], left=True)  # (B, S_total)
+    with torch.no_grad():
+        cache = layer.new_cache(2)
+        outs = [layer.decode(x[:, :5], cache, mask[:, :5])]  # the prompt
+        outs += [layer.decode(x[:, t : t + 1], cache, mask[:, : t + 1]) for t in range(5, 9)]  # one token a step
+        full = _with_impl(layer, "sdpa")(x, mask)
+    assert torch.allclose(torch.cat(outs, dim=1), full, atol=1e-5)
