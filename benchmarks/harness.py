@@ -362,6 +362,7 @@ def environment() -> dict:
         "cpu": cpu,
         "logical_cpus": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset"),
         "load_average_1_5_15_min": [round(v, 2) for v in load],
     }
 
@@ -371,7 +372,8 @@ def format_environment(env: dict) -> str:
     load = " / ".join(f"{v:.2f}" for v in env["load_average_1_5_15_min"])
     return (
         f"{env['date']}; commit {env['commit']}{dirty}; torch {env['torch']}, Python {env['python']}; "
-        f"CPU {env['cpu']}, {env['logical_cpus']} logical CPUs, torch threads {env['torch_threads']}; "
+        f"CPU {env['cpu']}, {env['logical_cpus']} logical CPUs, torch threads {env['torch_threads']}, "
+        f"OMP_WAIT_POLICY {env.get('omp_wait_policy', 'unset')}; "
         f"load average before the run {load} (1 / 5 / 15 min)"
     )
 
