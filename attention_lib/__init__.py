@@ -7,6 +7,7 @@ from .bidirectional import AttentionBase, BidirectionalAttention
 from .causal import CausalAttention, KVCache
 from .checks import check_input, check_probability, check_size, prepare_mask
 from .cross import ContextKV, CrossAttention, DecoderBlock
+from .efficient import tiled_attention  # importing it registers attn_impl="tiled"
 from .functional import (
     attend,
     attention_impls,
@@ -65,6 +66,7 @@ __all__ = [
     "check_size",
     "explicit_attention",
     "sdpa_attention",
+    "tiled_attention",
     "prepare_mask",
     "alibi_bias",
     "alibi_slopes",

@@ -17,11 +17,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
-from harness import environment, format_environment, format_table, load_module, results_json, rows_of, run_row
+# Before torch loads its OpenMP runtime: a thread that finishes its share of an operation first then sleeps instead
+# of spinning. On a machine shared with other programs a spinning thread takes the core its sibling needs, which
+# slows code made of many small operations (notebook 07's tiled path) far more than one large kernel, so the time
+# would measure the machine's load. An OMP_WAIT_POLICY already in the environment wins; the run records it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from harness import (  # noqa: E402
+    environment,
+    format_environment,
+    format_table,
+    load_module,
+    results_json,
+    rows_of,
+    run_row,
+)
 
 HERE = Path(__file__).resolve().parent
 
