@@ -792,14 +792,14 @@ def test_the_explorer_runs_the_layer():
 
     torch.manual_seed(13)
     layer = GroupedQueryAttention(32, 4, 2, context_size=12, rope_theta=100.0, alibi=True, window=3).eval()
-    view = attention_view(layer, "causal", "the cat sat on the mat", 6, pad=1, pad_side="left", head=3)
+    view = attention_view(layer, "causal", "cat sat on the mat", pad=1, pad_side="left", head=3)  # 1 + 5 tokens
     i, j = torch.arange(6)[:, None], torch.arange(6)[None, :]
     assert view.weights.shape == (4, 6, 6)
     assert torch.all(view.weights[:, i - j >= 3] == 0)  # outside the window
     assert torch.all(view.weights[:, :, 0] == 0)  # the padding
     explorer = explore_attention(layer=layer, kinds=("causal",), max_len=8)
     try:
-        assert explorer.compute(seq_len=5).weights.shape == (4, 5, 5)
+        assert explorer.compute(tokens="a b c d e").weights.shape == (4, 5, 5)
     finally:
         explorer.close()
 
