@@ -117,8 +117,8 @@ def prepare_mask(
     The scores are (B, NH, S, S_kv), or (B, S, S_kv) for a single head (`num_heads=None`). A 2-D mask is a padding
     mask over the keys, (B, S_kv), and becomes (B, 1, 1, S_kv) (single head: (B, 1, S_kv)). Any other mask must
     broadcast to the scores as it is; for several heads a 3-D mask must be (1, S, S_kv), since (B, S, S_kv) and
-    (NH, S, S_kv) cannot be told apart. The result has the rank of the scores, as SDPA needs. Raises `TypeError`
-    for a non-bool mask and `ValueError` for a shape or a device that does not fit.
+    (NH, S, S_kv) cannot be told apart. The result is a view with the rank of the scores. Raises `TypeError` for a
+    non-bool mask and `ValueError` for a shape or a device that does not fit.
     """
     if mask is None:
         return None
@@ -128,7 +128,7 @@ def prepare_mask(
         if mask.shape[0] not in (1, batch) or mask.shape[1] != kv_len:
             raise ValueError(
                 f"mask of 2 dimensions is a padding mask and must have shape (B, S_kv) = {(batch, kv_len)}, "
-                f"got {tuple(mask.shape)}"
+                f"got {tuple(mask.shape)}. An (S, S_kv) mask needs a leading axis: mask[None]"
             )
         mask = mask[:, None, :] if num_heads is None else mask[:, None, None, :]  # (B, 1, S_kv) or (B, 1, 1, S_kv)
     if num_heads is not None and mask.ndim == 3 and mask.shape[0] != 1:  # B == NH would make a guess silently wrong
@@ -142,5 +142,6 @@ def prepare_mask(
         raise ValueError(
             f"mask must be (B, S_kv) = {(batch, kv_len)} or broadcast to {target_txt}, got {tuple(mask.shape)}"
         )
-    # Same rank as the scores: SDPA broadcasts a mask only against tensors of its own rank.
+    # The scores' rank, with leading axes of size 1: they change nothing in broadcasting, but SDPA fails on a 1-D
+    # mask against 4-D scores, and every path, a registered one too, gets one mask axis per axis of the scores.
     return mask.reshape((1,) * (len(target) - mask.ndim) + tuple(mask.shape))  # a view, no copy

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from .checks import check_size
-from .functional import _check_mask_tensor, register_attention_impl
+from .functional import check_attention_mask, register_attention_impl
 
 # %% auto #0
 __all__ = ['online_softmax_update', 'tile_mask', 'tiled_forward', 'tiled_backward', 'TiledAttention', 'tiled_attention']
@@ -146,8 +146,10 @@ class TiledAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 # %% ../notebooks/07_efficient.ipynb #2429bc87
-def _check_tiled_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, block_size: int) -> tuple[int, ...]:
-    """Validate the arguments of `tiled_attention`; returns the broadcast leading shape of the scores."""
+def _check_tiled_inputs(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, block_size: int
+) -> tuple[tuple[int, ...], Tensor | None]:
+    """Validate the arguments of `tiled_attention`; returns the leading shape of the scores and the checked mask."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or not t.is_floating_point() or t.ndim < 2:
             got = f"dtype {t.dtype} with shape {tuple(t.shape)}" if isinstance(t, Tensor) else type(t).__name__
@@ -161,7 +163,7 @@ def _check_tiled_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bl
             f"q (..., S, HS), k (..., S_kv, HS) and v (..., S_kv, HS_v) must agree, got q {tuple(q.shape)}, "
             f"k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
-    _check_mask_tensor(mask, q)  # bool, on q's device: the rule of every path (notebook 00)
+    mask = check_attention_mask(mask, q, k.size(-2))  # bool on q's device, 2-D = padding: every path's rule
     check_size("block_size", block_size)
     S, S_kv = q.size(-2), k.size(-2)
     leads = [q.shape[:-2], k.shape[:-2], v.shape[:-2]] + ([] if mask is None else [mask.shape[:-2]])
@@ -176,7 +178,7 @@ def _check_tiled_inputs(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bl
             f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}{got} must broadcast to the scores "
             f"(..., S, S_kv) = (..., {S}, {S_kv})"
         )
-    return tuple(lead)
+    return tuple(lead), mask
 
 # %% ../notebooks/07_efficient.ipynb #6e5aa66d
 def tiled_attention(
@@ -190,7 +192,7 @@ def tiled_attention(
     (never NaN) and zero gradients. Memory grows like S + S_kv (for the forward and for the backward, which
     recomputes the weights from the saved log-sum-exp), never like S x S_kv. No attention dropout.
     """
-    lead = _check_tiled_inputs(q, k, v, mask, block_size)
+    lead, mask = _check_tiled_inputs(q, k, v, mask, block_size)
     q = q.expand(*lead, *q.shape[-2:])  # (..., S, HS): views, no copy
     k = k.expand(*lead, *k.shape[-2:])  # (..., S_kv, HS)
     v = v.expand(*lead, *v.shape[-2:])  # (..., S_kv, HS_v)

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence  # noqa: F401 (Callable: used by notebook 02's part of the module)
+from collections.abc import Callable, Sequence  # noqa: F401 (Callable: the type of an attention path, notebook 02)
 
 import torch
 import torch.nn.functional as F
@@ -16,13 +16,14 @@ from torch import Tensor
 from .checks import check_size
 
 # %% auto #0
-__all__ = ['masked_softmax', 'padding_mask', 'causal_mask', 'explicit_attention', 'AttentionImpl', 'sdpa_attention', 'register_attention_impl', 'attention_impls', 'attend']
+__all__ = ['masked_softmax', 'padding_mask', 'causal_mask', 'explicit_attention', 'check_attention_mask', 'AttentionImpl', 'sdpa_attention', 'register_attention_impl', 'attention_impls', 'attend']
 
 # %% ../notebooks/00_recap.ipynb #a7d572a3
 def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     """Softmax over the last axis (the keys) that gives every hidden key (mask False) a weight of exactly 0.
 
-    scores: (..., S, S_kv); mask: bool, True = may attend, broadcasting to the scores.
+    scores: (..., S, S_kv); mask: bool, True = may attend, broadcasting to the scores as it is (a low-level step:
+    unlike the attention functions it does not read a 2-D mask as (B, S_kv); pass a padding mask as mask[:, None, :]).
     A row with no visible key gets all-zero weights instead of the NaN of a softmax over -inf only.
     """
     if mask is None:
@@ -39,19 +40,11 @@ def padding_mask(lengths: Sequence[int] | Tensor, seq_len: int | None = None, le
     lengths: the number of real tokens of each of the B sequences (whole numbers); seq_len: S (default: the
     longest length); left: padding at the start (as batched generation uses) rather than at the end.
     """
-    try:
-        lengths = torch.as_tensor(lengths).reshape(-1)  # (B,)
-    except (TypeError, ValueError, RuntimeError):
-        raise TypeError(f"lengths must be a sequence or tensor of whole numbers, got {lengths!r}") from None
-    if lengths.numel() == 0 or lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
-        raise ValueError(f"lengths must be one or more whole numbers of tokens, got {lengths.tolist()}")
-    S = int(lengths.max()) if seq_len is None else check_size("seq_len", seq_len)
-    if bool((lengths > S).any()) or bool((lengths < 0).any()):
-        raise ValueError(f"lengths must lie in [0, seq_len={S}], got {lengths.tolist()}")
+    lengths, S = _check_lengths(lengths, seq_len)  # (B,) whole numbers in [0, S] (the checks: appendix)
     positions = torch.arange(S, device=lengths.device)  # (S,)
     if left:
-        return positions[None, :] >= (S - lengths)[:, None]  # (B, S)
-    return positions[None, :] < lengths[:, None]  # (B, S)
+        return positions[None, :] >= (S - lengths)[:, None]  # (B, S): the last lengths[b] positions
+    return positions[None, :] < lengths[:, None]  # (B, S): the first lengths[b] positions
 
 # %% ../notebooks/00_recap.ipynb #5321f395
 def _lower_triangle(q_len: int, kv_len: int, device: torch.device | str | None = None) -> Tensor:
@@ -72,28 +65,18 @@ def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | st
     return _lower_triangle(q_len, kv_len, device)[None]  # (1, S, S_kv)
 
 # %% ../notebooks/00_recap.ipynb #28c2ac7b
-def _check_mask_tensor(mask: Tensor | None, q: Tensor) -> None:
-    """A mask must be a bool tensor on q's device: a float 0/1 mask would be *added* to the scores by SDPA."""
-    if mask is None:
-        return
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        got = f"dtype {mask.dtype} with shape {tuple(mask.shape)}" if isinstance(mask, Tensor) else type(mask).__name__
-        raise TypeError(f"mask must be a torch.Tensor of dtype torch.bool (True = may attend), got {got}")
-    if mask.device != q.device:
-        raise ValueError(f"mask must be on the device of the queries ({q.device}), got a mask on {mask.device}")
-
-
 def explicit_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False
 ) -> tuple[Tensor, Tensor]:
     """softmax(q kᵀ / √d) v written out step by step; returns (context, weights).
 
-    q: (..., S, d), k and v: (..., S_kv, d), mask: bool, True = may attend, broadcasting to (..., S, S_kv).
-    `is_causal=True` also hides the future: query i sees keys 0..i, counted from the end of the keys when
-    S_kv > S (see `causal_mask`). weights: (..., S, S_kv), the probabilities before dropout.
+    q: (..., S, d), k and v: (..., S_kv, d). mask: bool, True = may attend; a 2-D mask is a (B, S_kv) padding mask
+    (q must then be (B, ..., S, d)), any other mask broadcasts to (..., S, S_kv). `is_causal=True` also hides the
+    future: query i sees keys 0..i, counted from the end of the keys when S_kv > S (see `causal_mask`).
+    weights: (..., S, S_kv), the probabilities before dropout.
     A query row with no visible key gets zero weights and a zero context vector (never NaN).
     """
-    _check_mask_tensor(mask, q)
+    mask = check_attention_mask(mask, q, k.size(-2))  # None, or bool on q's device; a 2-D mask -> (B, 1, .., 1, S_kv)
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., S, S_kv)
     if is_causal:
         causal = _lower_triangle(q.size(-2), k.size(-2), device=q.device)  # (S, S_kv)
@@ -102,15 +85,60 @@ def explicit_attention(
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights  # (..., S, S_kv)
     return dropped @ v, weights  # (..., S, d), (..., S, S_kv)
 
+# %% ../notebooks/00_recap.ipynb #3a0d90c8
+def _check_lengths(lengths: Sequence[int] | Tensor, seq_len: int | None) -> tuple[Tensor, int]:
+    """The lengths of `padding_mask` as a (B,) tensor of whole numbers in [0, S], and S (default: the longest)."""
+    try:
+        lengths = torch.as_tensor(lengths).reshape(-1)  # (B,)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"lengths must be a sequence or tensor of whole numbers, got {lengths!r}") from None
+    if lengths.numel() == 0 or lengths.dtype == torch.bool or lengths.is_floating_point() or lengths.is_complex():
+        raise ValueError(f"lengths must be one or more whole numbers of tokens, got {lengths.tolist()}")
+    S = int(lengths.max()) if seq_len is None else check_size("seq_len", seq_len)
+    if bool((lengths > S).any()) or bool((lengths < 0).any()):
+        raise ValueError(f"lengths must lie in [0, seq_len={S}], got {lengths.tolist()}")
+    return lengths, S
+
+# %% ../notebooks/00_recap.ipynb #302b621c
+def check_attention_mask(mask: Tensor | None, q: Tensor, kv_len: int) -> Tensor | None:
+    """The mask to use for queries q (..., S, d) and S_kv = kv_len keys: None, or a bool mask on q's device.
+
+    A 2-D mask is always a (B, S_kv) padding mask over the keys, B = q.shape[0] (or 1): it comes back as
+    (B, 1, ..., 1, S_kv). Any other mask must broadcast to (..., S, S_kv); one of lower rank than q gets leading
+    axes of size 1 (SDPA fails on a 1-D mask against 4-D queries).
+    """
+    if mask is None:
+        return None
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        got = f"dtype {mask.dtype} with shape {tuple(mask.shape)}" if isinstance(mask, Tensor) else type(mask).__name__
+        raise TypeError(f"mask must be a torch.Tensor of dtype torch.bool (True = may attend), got {got}")
+    if mask.device != q.device:
+        raise ValueError(f"mask must be on the device of the queries ({q.device}), got a mask on {mask.device}")
+    if mask.ndim != 2:
+        return mask.reshape((1,) * (q.ndim - mask.ndim) + tuple(mask.shape))  # q's rank at least, a view
+    if q.ndim < 3:
+        raise ValueError(
+            f"mask of 2 dimensions is a (B, S_kv) padding mask and needs q with a batch axis, (B, ..., S, d); got q "
+            f"of shape {tuple(q.shape)} and mask {tuple(mask.shape)}. An (S, S_kv) mask needs a leading axis: "
+            f"mask[None] (and q[None], k[None], v[None] for a batch of one)"
+        )
+    if mask.shape[0] not in (1, q.shape[0]) or mask.shape[1] != kv_len:
+        raise ValueError(
+            f"mask of 2 dimensions is a padding mask and must have shape (B, S_kv) = {(q.shape[0], kv_len)}, got "
+            f"{tuple(mask.shape)}. An (S, S_kv) mask needs a leading axis: mask[None]"
+        )
+    return mask.reshape(mask.shape[0], *(1,) * (q.ndim - 2), kv_len)  # (B, 1, ..., 1, S_kv)
+
 # %% ../notebooks/02_single_head_forward.ipynb #e36ac620
 def sdpa_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False
 ) -> Tensor:
     """The computation of `explicit_attention` through `F.scaled_dot_product_attention`; returns the context.
 
-    Same shapes, mask convention (True = may attend) and causal rule as `explicit_attention`; no weights.
+    Same shapes, mask convention (True = may attend; a 2-D mask is a (B, S_kv) padding mask) and causal rule as
+    `explicit_attention`; no weights.
     """
-    _check_mask_tensor(mask, q)
+    mask = check_attention_mask(mask, q, k.size(-2))  # None, or bool on q's device; a 2-D mask -> (B, 1, .., 1, S_kv)
     if is_causal and q.size(-2) == 1:
         is_causal = False  # one query at the end of the keys sees every key: nothing to hide
     if is_causal and (mask is not None or q.size(-2) != k.size(-2)):
@@ -132,7 +160,8 @@ def register_attention_impl(name: str, fn: AttentionImpl) -> None:
     """Make `fn(q, k, v, mask, dropout_p, is_causal) -> (context, weights or None)` selectable as `attn_impl=name`.
 
     `fn` must follow the rules of `explicit_attention`: shapes, bool mask (True = may attend), the causal rule
-    aligned at the end of the keys, zeros for a query that sees no key.
+    aligned at the end of the keys, zeros for a query that sees no key. `attend` hands it the mask already checked,
+    a 2-D padding mask already reshaped to (B, 1, ..., 1, S_kv).
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty str, got {name!r}")
@@ -165,11 +194,12 @@ def attend(
 ) -> tuple[Tensor, Tensor | None]:
     """Run attention on the path named `attn_impl`; returns (context (..., S, HS), weights (..., S, S_kv) or None).
 
-    q: (..., S, HS), k and v: (..., S_kv, HS); mask: bool, True = may attend, broadcasting to (..., S, S_kv).
-    `is_causal=True` lets query i see keys 0..S_kv - S + i only, on top of `mask`. `"sdpa"` (default) calls
-    `F.scaled_dot_product_attention` and returns no weights; `"explicit"` returns them.
+    q: (..., S, HS), k and v: (..., S_kv, HS); mask: bool, True = may attend, a (B, S_kv) padding mask (q then
+    (B, ..., S, HS)) or a mask broadcasting to (..., S, S_kv). `is_causal=True` lets query i see keys
+    0..S_kv - S + i only, on top of `mask`. `"sdpa"` (default) calls `F.scaled_dot_product_attention` and returns
+    no weights; `"explicit"` returns them.
     """
     if not isinstance(attn_impl, str) or attn_impl not in _ATTENTION_IMPLS:
         raise ValueError(f"attn_impl must be one of {attention_impls()}, got {attn_impl!r}")
-    _check_mask_tensor(mask, q)
+    mask = check_attention_mask(mask, q, k.size(-2))  # every path gets a checked mask, a 2-D one already (B, 1, .., 1, S_kv)
     return _ATTENTION_IMPLS[attn_impl](q, k, v, mask, dropout_p, is_causal)

@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from .bidirectional import AttentionBase
 from .causal import KVCache
 from .checks import check_input, check_like, check_size, prepare_mask
-from .functional import _check_mask_tensor, attend, attention_impls, causal_mask
+from .functional import attend, attention_impls, causal_mask, check_attention_mask
 
 # %% auto #0
 __all__ = ['kv_cache_bytes', 'repeat_kv', 'rope_cos_sin', 'rotate_half', 'apply_rope', 'alibi_slopes', 'alibi_bias',
@@ -117,7 +117,7 @@ def attend_with_bias(
         raise ValueError(f"an additive bias runs on attn_impl 'sdpa' or 'explicit', got {attn_impl!r}")
     if not isinstance(bias, Tensor) or not bias.is_floating_point():
         raise TypeError(f"bias must be a floating-point tensor, got {getattr(bias, 'dtype', type(bias).__name__)}")
-    _check_mask_tensor(mask, q)  # bool, on q's device, as `attend` requires
+    mask = check_attention_mask(mask, q, k.size(-2))  # bool on q's device, 2-D = padding, as in `attend`
     if is_causal:
         causal = causal_mask(q.size(-2), k.size(-2), device=q.device)  # (1, S, S_kv)
         mask = causal if mask is None else mask & causal  # (..., S, S_kv)

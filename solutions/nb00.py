@@ -41,6 +41,10 @@ def attention_with_3d_transpose(q, k, v):
     return (q @ k.transpose(1, 2) / math.sqrt(q.size(-1))).softmax(dim=-1) @ v  # right for (B, S, d) only
 
 
+def attention_with_dot_T(q, k, v):
+    return (q @ k.T / math.sqrt(q.size(-1))).softmax(dim=-1) @ v  # the 2-D notation: k.T reverses every axis
+
+
 # --- 00.3: the mask of a decoder ------------------------------------------------------------------------------------
 
 
@@ -63,6 +67,19 @@ def decoder_mask_or(lengths, S):
 
 def decoder_mask_causal_only(lengths, S):
     return causal_mask(S)[0]  # (S, S): forgets the padding and the batch
+
+
+def decoder_mask_hiding_padded_rows(lengths, S):
+    pad = padding_mask(lengths, seq_len=S)  # (B, S)
+    return pad[:, :, None] & pad[:, None, :] & causal_mask(S)  # padded queries see nothing: also accepted
+
+
+def decoder_mask_padded_rows_half_done(lengths, S):
+    mask = decoder_mask(lengths, S).clone()  # (B, S, S)
+    pad = padding_mask(lengths, seq_len=S)  # (B, S)
+    mask[~pad] = False
+    mask[..., 0] |= ~pad  # a padded query sees key 0 only: neither the rule nor nothing
+    return mask
 
 
 # --- 00.4: masked softmax from scratch ------------------------------------------------------------------------------
@@ -100,12 +117,14 @@ WRONG = {
         (attention_without_scale, "forgot to scale"),
         (attention_softmax_over_queries, "wrong axis"),
         (attention_with_3d_transpose, "k.transpose(-2, -1)"),
+        (attention_with_dot_T, "k.T reverses all the axes"),
     ],
     "check_00_3": [
         (decoder_mask_inverted, "opposite of the convention"),
         (decoder_mask_upper, "in its future"),
         (decoder_mask_or, "padded key is visible"),
         (decoder_mask_causal_only, "(B, S, S)"),
+        (decoder_mask_padded_rows_half_done, "neither the rule of a real row"),
     ],
     "check_00_4": [
         (masked_softmax_with_nan, "gives NaN"),

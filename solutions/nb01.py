@@ -60,6 +60,14 @@ def fuse_without_bias(W_q, W_k, W_v):
     return fused
 
 
+def fuse_keeping_the_random_bias(W_q, W_k, W_v):
+    C, HS = W_q.in_features, W_q.out_features
+    fused = nn.Linear(C, 3 * HS)  # bias=True, initialised at random
+    with torch.no_grad():
+        fused.weight.copy_(torch.cat([W_q.weight, W_k.weight, W_v.weight], dim=0))  # the weight only
+    return fused
+
+
 # --- 01.3: two rules by hand -----------------------------------------------------------------------------------------
 
 
@@ -93,6 +101,7 @@ WRONG = {
         (fuse_along_inputs, "stack the three weights along dim 0"),
         (fuse_in_order_k_q_v, "wrong order"),
         (fuse_without_bias, "off by the biases"),
+        (fuse_keeping_the_random_bias, "the weight is right, the bias is not"),
     ],
     "check_01_3": [
         (projections_identity, "'bank' gives 'river' only 0.22"),

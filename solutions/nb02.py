@@ -40,6 +40,24 @@ def forward_without_scale(x, Wqkv, Wo, mask=None):
     return Wo(scores.softmax(dim=-1) @ v)
 
 
+def forward_scaled_by_sqrt_C(x, Wqkv, Wo, mask=None):
+    HS = Wo.in_features
+    q, k, v = Wqkv(x).split(HS, dim=-1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(x.size(-1))  # √C: the width of the tokens, not of the head
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, None, :], float("-inf"))
+    return Wo(scores.softmax(dim=-1) @ v)
+
+
+def forward_masking_queries_softly(x, Wqkv, Wo, mask=None):
+    HS = Wo.in_features
+    q, k, v = Wqkv(x).split(HS, dim=-1)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(HS)
+    if mask is not None:
+        scores = scores.masked_fill(~mask[:, :, None], -1e9)  # hides the padded queries' rows, no NaN
+    return Wo(scores.softmax(dim=-1) @ v)
+
+
 def forward_masking_query_rows(x, Wqkv, Wo, mask=None):
     HS = Wo.in_features
     q, k, v = Wqkv(x).split(HS, dim=-1)
@@ -108,7 +126,9 @@ WRONG = {
     "check_02_1": [(split_qkv_interleaved, "not (HS, 3)"), (split_qkv_over_tokens, "split the last axis")],
     "check_02_2": [
         (forward_without_scale, "forgot to scale"),
+        (forward_scaled_by_sqrt_C, "1/√C"),
         (forward_masking_query_rows, "mask[:, None, :]"),
+        (forward_masking_queries_softly, "instead of the padded keys"),
         (forward_without_wo, "project it back"),
         (forward_ignoring_the_mask, "does not change with the mask"),
     ],

@@ -26,8 +26,11 @@ from attention_lib import (
     KVCache,
     SingleHeadAttention,
     attend,
+    attention_impls,
     causal_mask,
+    explicit_attention,
     padding_mask,
+    sdpa_attention,
 )
 
 PACKAGE = Path(attention_lib.__file__).resolve().parent
@@ -134,6 +137,51 @@ def test_helper_masks_are_read_as_what_they_are_or_refused(kind, B, S, S_kv, NH,
     with torch.no_grad():
         out = run(layer, x, mask, context)
     assert torch.allclose(out.double(), reference(layer, x, full, context), atol=1e-5)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    B=st.integers(1, 3),
+    S=st.integers(1, 3),
+    S_kv=st.integers(1, 3),
+    NH=st.sampled_from([None, 1, 2, 3]),
+    which=st.sampled_from(["padding", "causal", "padding_and_causal"]),
+    is_causal=st.booleans(),
+    left=st.booleans(),
+    data=st.data(),
+)
+def test_helper_masks_are_read_as_what_they_are_by_the_functions(B, S, S_kv, NH, which, is_causal, left, data):
+    """The functions follow the layers' rule: a 2-D mask is (B, S_kv), whatever B, S and S_kv are (they collide
+    often in {1, 2, 3}), for q (B, S, HS) and (B, NH, S, HS), on every path, with and without is_causal."""
+    lengths = data.draw(st.lists(st.integers(0, S_kv), min_size=B, max_size=B), label="lengths")
+    g = torch.Generator().manual_seed(data.draw(st.integers(0, 1000), label="seed"))
+    heads = () if NH is None else (NH,)
+    q = torch.randn(B, *heads, S, 4, generator=g)  # (B, [NH,] S, HS)
+    k, v = torch.randn(2, B, *heads, S_kv, 4, generator=g).unbind(0)  # each (B, [NH,] S_kv, HS)
+    spread = (B, *(1,) * len(heads), 1, S_kv)  # a padding mask over the keys, by hand, with q's rank
+    pad_by_hand = by_hand_padding(lengths, S_kv, left).reshape(spread).expand(*q.shape[:-1], S_kv)
+    tri_by_hand = by_hand_causal(S, S_kv).expand(*q.shape[:-1], S_kv)
+    pad = padding_mask(lengths, seq_len=S_kv, left=left)  # (B, S_kv)
+    if which == "padding":
+        mask, full = pad, pad_by_hand
+    elif which == "causal":
+        mask, full = causal_mask(S, S_kv), tri_by_hand
+    else:  # combined by the user with the scores' rank, as the series shows it
+        mask = pad.reshape(spread) & causal_mask(S, S_kv).reshape(*(1,) * (q.ndim - 2), S, S_kv)
+        full = pad_by_hand & tri_by_hand
+    if is_causal:
+        full = full & tri_by_hand
+    scores = q.double() @ k.double().transpose(-2, -1) / 2.0  # (B, [NH,] S, S_kv), √HS = 2
+    e = (scores - scores.amax(-1, keepdim=True)).exp() * full
+    total = e.sum(-1, keepdim=True)
+    expected = torch.where(total > 0, e / total.clamp_min(1e-300), torch.zeros_like(e)) @ v.double()
+    outputs = {
+        "explicit_attention": explicit_attention(q, k, v, mask, is_causal=is_causal)[0],
+        "sdpa_attention": sdpa_attention(q, k, v, mask, is_causal=is_causal),
+        **{f"attend-{i}": attend(q, k, v, mask, is_causal=is_causal, attn_impl=i)[0] for i in attention_impls()},
+    }
+    for name, out in outputs.items():
+        assert torch.allclose(out.double(), expected, atol=1e-5), name
 
 
 def test_a_causal_mask_is_causal_when_the_batch_size_equals_the_length():

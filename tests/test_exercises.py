@@ -92,3 +92,10 @@ def test_the_grading_machinery():
     assert not broken and "your code raised ZeroDivisionError" in broken.message
     with pytest.raises(AttributeError, match="there is no exercise"):
         exercises.check_99_7  # noqa: B018
+
+
+def test_00_3_accepts_either_choice_for_the_rows_of_padded_queries():
+    """The task says a padded query's row may follow the rule of a real row or see nothing; the grader agrees."""
+    nb00 = solutions_of("check_00_3")
+    assert exercises.check_00_3(nb00.decoder_mask).passed
+    assert exercises.check_00_3(nb00.decoder_mask_hiding_padded_rows).passed

@@ -129,7 +129,9 @@ def _masks(B, S, S_kv):
         "padding right (B,1,1,S_kv)": padding_mask([S_kv, S_kv - 2], seq_len=S_kv)[:, None, None, :],
         "padding left (B,1,1,S_kv)": padding_mask([S_kv - 1, 1], seq_len=S_kv, left=True)[:, None, None, :],
         "random (B,NH,S,S_kv)": torch.rand(B, 3, S, S_kv, generator=g) > 0.5,
-        "one for all (S,S_kv)": torch.rand(S, S_kv, generator=g) > 0.5,
+        "one for all (1,S,S_kv)": torch.rand(1, S, S_kv, generator=g) > 0.5,
+        "padding 2-D (B,S_kv)": padding_mask([S_kv - 1, 2], seq_len=S_kv),
+        "keys 1-D (S_kv,)": torch.rand(S_kv, generator=g) > 0.3,
     }
 
 
@@ -143,7 +145,12 @@ def test_attend_paths_agree_with_masks_and_is_causal(mask_name, is_causal):
     ctx_e, w = attend(q, k, v, mask, is_causal=is_causal, attn_impl="explicit")
     assert none is None and w.shape == (B, NH, S, S)
     assert torch.allclose(ctx_f, ctx_e, atol=1e-5)
-    full = torch.ones(B, NH, S, S, dtype=torch.bool) if mask is None else mask.expand(B, NH, S, S)
+    if mask is None:
+        full = torch.ones(B, NH, S, S, dtype=torch.bool)
+    elif mask.ndim == 2:  # a padding mask: it hides key columns, in every row and every head
+        full = mask[:, None, None, :].expand(B, NH, S, S)
+    else:
+        full = mask.expand(B, NH, S, S)
     if is_causal:
         full = full & causal_mask(S)
     ref_ctx, ref_w = reference(q, k, v, full)
@@ -186,6 +193,73 @@ def test_mask_and_is_causal_combine_by_and():
     ctx, _ = attend(q, k, v, pad, is_causal=True)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=pad & causal_mask(5))
     assert torch.allclose(ctx, expected, atol=1e-6)
+
+
+# --- a 2-D mask is a (B, S_kv) padding mask in every function, as in every layer ------------------------------------
+
+
+def _entry_points():
+    """Every function that takes a mask, as (name, fn(q, k, v, mask) -> context)."""
+    return [
+        ("explicit_attention", lambda q, k, v, m: explicit_attention(q, k, v, m)[0]),
+        ("sdpa_attention", lambda q, k, v, m: sdpa_attention(q, k, v, m)),
+        *[(f"attend-{impl}", lambda q, k, v, m, impl=impl: attend(q, k, v, m, attn_impl=impl)[0])
+          for impl in attention_impls()],
+    ]
+
+
+@pytest.mark.parametrize("name,fn", _entry_points())
+@pytest.mark.parametrize("lead", [(), (2,)])  # q (B, S, HS) and (B, NH, S, HS)
+def test_a_padding_mask_with_as_many_sequences_as_tokens_hides_keys(name, fn, lead):
+    """B == S == S_kv == 3: padding_mask([1, 2, 3]) holds the nine booleans of the causal triangle. SDPA would read
+    a 2-D mask as one (S, S_kv) table; every function reads it as (B, S_kv), hiding keys of each sequence."""
+    B = S = 3
+    q, k, v = qkv(B, *lead, S, 4)  # (B, [NH,] S, HS)
+    pad = padding_mask([1, 2, 3])  # (B, S_kv) = (3, 3)
+    full = pad.reshape(B, *(1,) * len(lead), 1, S).expand(*q.shape[:-1], S)  # (B, [NH,] S, S_kv), by hand
+    ref_ctx, _ = reference(q, k, v, full)
+    ctx = fn(q, k, v, pad)
+    assert torch.allclose(ctx.double(), ref_ctx, atol=1e-5), name
+    table = pad.expand(*q.shape[:-1], S)  # the (S, S_kv) reading, which must not happen
+    assert not torch.allclose(ctx.double(), reference(q, k, v, table)[0], atol=1e-3), name
+
+
+@pytest.mark.parametrize("name,fn", _entry_points())
+def test_a_2d_mask_that_is_not_a_padding_mask_is_refused(name, fn):
+    q, k, v = qkv(2, 3, 4, S_kv=5)  # (B, S, HS) = (2, 3, 4), S_kv = 5
+    for bad in [torch.ones(3, 5, dtype=torch.bool), torch.ones(2, 4, dtype=torch.bool), torch.ones(5, 5).bool()]:
+        expected = r"2 dimensions is a padding mask .*\(B, S_kv\) = \(2, 5\), got .*mask\[None\]"
+        with pytest.raises(ValueError, match=expected):
+            fn(q, k, v, bad)
+    assert fn(q, k, v, torch.ones(1, 5, dtype=torch.bool)).shape == (2, 3, 4)  # (1, S_kv): one for the whole batch
+
+
+@pytest.mark.parametrize("name,fn", _entry_points())
+def test_a_2d_mask_needs_queries_with_a_batch_axis(name, fn):
+    q, k, v = qkv(3, 4)  # (S, HS): one sequence, no batch axis
+    with pytest.raises(ValueError, match=r"needs q with a batch axis.*got q of shape \(3, 4\)"):
+        fn(q, k, v, torch.ones(3, 3, dtype=torch.bool).tril())
+    ctx = fn(q[None], k[None], v[None], causal_mask(3))  # the way to say it: (1, S, HS) and a (1, S, S_kv) mask
+    assert torch.allclose(ctx[0], explicit_attention(q, k, v, is_causal=True)[0], atol=1e-5)
+
+
+def test_a_registered_path_receives_the_padding_mask_already_reshaped():
+    seen = []
+
+    def recording(q, k, v, mask, dropout_p, is_causal):
+        seen.append(tuple(mask.shape))
+        return explicit_attention(q, k, v, mask, dropout_p, is_causal)
+
+    register_attention_impl("shape-recording-test", recording)
+    try:
+        q, k, v = qkv(2, 3, 4, 8, S_kv=5)  # (B, NH, S, HS)
+        attend(q, k, v, padding_mask([5, 2]), attn_impl="shape-recording-test")
+        attend(q, k, v, torch.ones(5, dtype=torch.bool), attn_impl="shape-recording-test")
+    finally:
+        from attention_lib import functional
+
+        functional._ATTENTION_IMPLS.pop("shape-recording-test")
+    assert seen == [(2, 1, 1, 5), (1, 1, 1, 5)]  # q's rank: (B, 1, 1, S_kv), and leading 1s for the 1-D mask
 
 
 # --- a query row with no visible key: zeros, never NaN -------------------------------------------------------------

@@ -86,11 +86,15 @@ def check_01_2(fuse) -> str:
         for order in ((1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)):
             if torch.allclose(got, torch.cat([parts[i] for i in order], dim=-1), atol=1e-5):
                 raise Hint("the three parts are in the wrong order: the layout is [q | k | v], W_q's rows first.")
+        weight_right = torch.allclose(fused.weight, torch.cat([W_q.weight, W_k.weight, W_v.weight]), atol=1e-6)
         if bias:
             no_bias = torch.cat([p - W.bias for p, W in zip(parts, (W_q, W_k, W_v), strict=True)], dim=-1)
             if torch.allclose(got, no_bias, atol=1e-5) or fused.bias is None:
                 raise Hint("the outputs are off by the biases: the fused bias is the three biases concatenated, "
                            "torch.cat([W_q.bias, W_k.bias, W_v.bias]).")
+            if weight_right:
+                raise Hint("the weight is right, the bias is not: nn.Linear starts with a random bias, so copy the "
+                           "three biases into it too, torch.cat([W_q.bias, W_k.bias, W_v.bias]), laid out [q | k | v].")
         elif fused.bias is not None and not torch.allclose(got, expected, atol=1e-5):
             raise Hint("the three layers have no bias, so the fused layer must have none either (bias=False) or "
                        "a zero one.")

@@ -47,11 +47,11 @@ def _layers(C: int, seed: int) -> tuple[nn.Linear, nn.Linear]:
     return Wqkv, Wo
 
 
-def _steps(x, Wqkv, Wo, mask, scale: bool = True):
-    """The seven steps, with a mask already shaped to broadcast against (B, S, S_kv)."""
+def _steps(x, Wqkv, Wo, mask, scale: float | None = None):
+    """The seven steps, with a mask already shaped to broadcast against (B, S, S_kv); scale: default √HS."""
     HS = Wo.in_features
     q, k, v = Wqkv(x).split(HS, dim=-1)  # each (B, S, HS)
-    scores = q @ k.transpose(-2, -1) / (math.sqrt(HS) if scale else 1.0)  # (B, S, S_kv)
+    scores = q @ k.transpose(-2, -1) / (math.sqrt(HS) if scale is None else scale)  # (B, S, S_kv)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return Wo(scores.softmax(dim=-1) @ v)  # (B, S, C)
@@ -79,15 +79,25 @@ def check_02_2(forward) -> str:
             if torch.allclose(got, expected, atol=1e-4):
                 continue
             m = None if mask is None else mask[:, None, :]  # (B, 1, S_kv)
-            if torch.allclose(got, _steps(x, Wqkv, Wo, m, scale=False), atol=1e-4):
+            if torch.allclose(got, _steps(x, Wqkv, Wo, m, scale=1.0), atol=1e-4):
                 raise Hint(f"you forgot to scale the scores by 1/√HS (here 1/√{C // 4}) before the softmax.")
+            if torch.allclose(got, _steps(x, Wqkv, Wo, m, scale=math.sqrt(C)), atol=1e-4):
+                raise Hint(f"you scaled the scores by 1/√C = 1/√{C}: they are dot products of the head's vectors, "
+                           f"HS = {C // 4} numbers each, so the scale is 1/√HS = 1/√{C // 4}.")
+            if mask is not None:
+                real = mask[:, :, None].expand(B, S, C)  # (B, S, C): the rows of real queries
+                unmasked = _steps(x, Wqkv, Wo, None)  # (B, S, C)
+                if torch.allclose(got, unmasked, atol=1e-4):
+                    raise Hint("the output does not change with the mask: the padded keys must get weight 0 (set "
+                               "their scores to -inf before the softmax).")
+                if torch.allclose(got[real], unmasked[real], atol=1e-4):
+                    raise Hint("you hid the padded queries (rows) instead of the padded keys (columns): the real "
+                               "queries still read the padding. A padding mask (B, S_kv) hides keys: spread it over "
+                               "the rows with mask[:, None, :], not mask[:, :, None].")
             if mask is not None and bool(got.isnan().any()):
                 raise Hint("NaN in the output: a row of scores that is all -inf gives NaN. A padding mask (B, S_kv) "
                            "hides keys, the columns: spread it over the rows with mask[:, None, :], not "
                            "mask[:, :, None], which hides whole query rows.")
-            if mask is not None and torch.allclose(got, _steps(x, Wqkv, Wo, None), atol=1e-4):
-                raise Hint("the output does not change with the mask: the padded keys must get weight 0 (set their "
-                           "scores to -inf before the softmax).")
             raise Hint(f"{what} the output is off by up to {(got - expected).abs().max().item():.3g}. Check each "
                        "step against the notebook: split [q | k | v], q @ kᵀ / √HS, softmax over the last axis, "
                        "@ v, Wo.")
