@@ -138,7 +138,7 @@ def test_fully_masked_rows_give_zeros_and_zero_gradients(block_size):
 
 def test_every_row_masked_and_no_keys_at_all_give_zeros():
     q, k, v = qkv(1, 2, 4, 5, 4)
-    out = tiled_attention(q, k, v, torch.zeros(4, 5, dtype=torch.bool), block_size=2)
+    out = tiled_attention(q, k, v, torch.zeros(1, 4, 5, dtype=torch.bool), block_size=2)  # (1, S, S_kv)
     assert torch.equal(out, torch.zeros_like(out))
     assert all(torch.equal(g, torch.zeros_like(g)) for g in grads(out, (q, k, v)))
     empty_k, empty_v = torch.randn(1, 2, 0, 4), torch.randn(1, 2, 0, 4)  # S_kv = 0
@@ -335,9 +335,10 @@ GOOD = torch.randn(1, 2, 4, 8)
     [
         ({"mask": torch.ones(1, 4)}, TypeError, r"mask must be a torch.Tensor of dtype torch.bool .*torch.float32"),
         ({"mask": [[True] * 4]}, TypeError, r"mask must be a torch.Tensor of dtype torch.bool .*list"),
-        ({"mask": torch.ones(3, 4, dtype=torch.bool)}, ValueError, r"mask \(3, 4\) must broadcast .*\(\.\.\., 4, 4\)"),
+        ({"mask": torch.ones(3, 4, dtype=torch.bool)}, ValueError, r"padding mask .*\(1, 4\), got \(3, 4\)"),
         ({"mask": torch.ones(2, 3, 4, 4, dtype=torch.bool)}, ValueError, r"must broadcast to the scores"),
-        ({"mask": torch.ones(4, 5, dtype=torch.bool)}, ValueError, r"mask \(4, 5\) must broadcast"),
+        ({"mask": torch.ones(4, 5, dtype=torch.bool)}, ValueError, r"2 dimensions is a padding mask .*got \(4, 5\)"),
+        ({"mask": torch.ones(1, 3, 4, dtype=torch.bool)}, ValueError, r"and mask \(1, 1, 3, 4\) must broadcast"),
         ({"k": GOOD[..., :6]}, ValueError, r"must agree, got q \(1, 2, 4, 8\), k \(1, 2, 4, 6\)"),
         ({"v": GOOD[..., :3, :]}, ValueError, r"must agree.*v \(1, 2, 3, 8\)"),
         ({"k": torch.randn(3, 4, 8)}, ValueError, r"k \(3, 4, 8\).*must broadcast"),

@@ -538,7 +538,7 @@ def test_attend_with_bias_matches_sdpa_with_a_float_mask_and_refuses_bad_argumen
         assert torch.allclose(ctx, expected, atol=1e-6) and not ctx.isnan().any()
         assert (w is None) == (impl == "sdpa")
     causal, _ = attend_with_bias(q, k, v, bias, is_causal=True, attn_impl="explicit")
-    tri = torch.ones(4, 6, dtype=torch.bool).tril(2)
+    tri = torch.ones(1, 4, 6, dtype=torch.bool).tril(2)  # (1, S, S_kv): a 2-D mask would be a padding mask
     assert torch.allclose(causal, attend_with_bias(q, k, v, bias, tri, attn_impl="sdpa")[0], atol=1e-6)
     with pytest.raises(TypeError, match="bias must be a floating-point tensor"):
         attend_with_bias(q, k, v, mask)
