@@ -38,7 +38,7 @@ from attention_lib.viz import (
 from attention_lib.viz.plots import MAX_INCHES, mask_table
 from attention_lib.viz.style import BIAS_CMAP, BIAS_LABEL, HIDDEN, bias_norm, hex_colours, shows_mask
 from attention_lib.viz.svg import CSS, heads_svg, lines_svg, table_svg
-from attention_lib.viz.views import PAD, InputError, pad_tokens
+from attention_lib.viz.views import DEFAULT_WINDOW, PAD, InputError, pad_tokens
 
 SENTENCE, CONTEXT = "the cat sat on the mat", "le chat est assis sur le tapis"
 
@@ -553,7 +553,7 @@ def gqa_weights(layer: GroupedQueryAttention, x: torch.Tensor, mask: torch.Tenso
     return w.float()
 
 
-@pytest.mark.parametrize("kind", ["causal"])
+@pytest.mark.parametrize("kind", ["causal", "sliding window", "ALiBi", "grouped-query"])  # every kind it can run
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_a_grouped_query_layer_shows_the_mask_it_applies_padding_causal_and_window(kind, side):
     layer = gqa(window=3, alibi=True)
@@ -583,6 +583,17 @@ def test_a_grouped_query_layer_cannot_pose_as_bidirectional_and_a_kind_cannot_hi
         assert torch.equal(view.mask, band_mask(6, 1, "right", window=2))
     finally:
         del KINDS["padding only"]
+
+
+def test_the_sliding_window_kind_uses_the_layers_window_or_its_own():
+    layer = BidirectionalAttention(16, 4)
+    view = attention_view(layer, "sliding window", SENTENCE, pad=1, pad_side="left")  # no window: DEFAULT_WINDOW
+    expected = band_mask(7, 1, "left", window=DEFAULT_WINDOW)
+    assert DEFAULT_WINDOW == 3 and torch.equal(view.mask, expected) and view.bias is None and view.groups == 1
+    x = word_vectors(view.query_tokens, 16)
+    assert torch.allclose(view.weights, hand_weights(layer, x, x, expected, 1.0), atol=1e-5)
+    view = attention_view(gqa(window=5), "sliding window", SENTENCE)  # the layer's own window
+    assert torch.equal(view.mask, band_mask(6, 0, "right", window=5))
 
 
 def test_the_alibi_panel_shows_each_heads_bias_on_its_own_scale():
@@ -662,3 +673,41 @@ def test_temperature_divides_the_scores_of_a_layer_with_fewer_key_value_heads(nu
     assert not alibi or torch.equal(layer.slopes, 2.0 ** (-8.0 * torch.arange(1, 5) / 4))
     view = attention_view(layer, "causal", ["w0", "w1", "w2", "w3"], pad=1, temperature=T)
     assert torch.allclose(view.weights, gqa_weights(layer, word_vectors(view.query_tokens, 16), visible, T), atol=1e-5)
+
+
+def test_the_alibi_kind_needs_a_layer_that_adds_it():
+    with pytest.raises(InputError, match="ALiBi needs a layer that adds it.*GroupedQueryAttention without it"):
+        attention_view(gqa(), "ALiBi", SENTENCE)
+    ex = explore_attention(BidirectionalAttention(16, 4), kinds=("causal", "ALiBi"), tokens=SENTENCE)
+    ex.set(kind="ALiBi")  # a message under the controls, never a traceback
+    assert "ALiBi needs a layer that adds it" in ex.message.value and picture_data(ex)["stale"] == "1"
+    assert torch.allclose(attention_view(gqa(alibi=True), "ALiBi", SENTENCE).bias, hand_alibi(4, 6))
+
+
+def test_the_new_kinds_run_seeded_default_layers():
+    state = torch.get_rng_state()
+    ex = explore_attention(kinds=("sliding window",), hidden_size=16, num_heads=4, tokens=SENTENCE)
+    windowed = ex.layers["sliding window"]
+    assert isinstance(windowed, GroupedQueryAttention) and windowed.window == DEFAULT_WINDOW and ex.message.value == ""
+    assert torch.equal(ex.compute().mask, band_mask(6, 0, "right", window=DEFAULT_WINDOW))
+    kinds = ("causal", "sliding window", "ALiBi", "grouped-query")
+    ex = explore_attention(kinds=kinds, hidden_size=16, num_heads=4, tokens=SENTENCE)
+    assert torch.equal(state, torch.get_rng_state())  # the global RNG is left alone
+    causal = ex.layers["causal"]
+    for kind in ("sliding window", "ALiBi"):  # NKV = NH: the causal layer's weights, only the kind's change differs
+        assert torch.equal(ex.layers[kind].Wqkv.weight, causal.Wqkv.weight)
+        assert torch.equal(ex.layers[kind].Wo.bias, causal.Wo.bias)
+    assert ex.layers["ALiBi"].alibi and ex.layers["grouped-query"].num_kv_heads == 2
+    for kind in kinds:
+        ex.set(kind=kind)
+        data = picture_data(ex)
+        assert ex.message.value == "" and data["kind"] == kind
+        assert data["bias"] == ("1" if kind == "ALiBi" else "0")
+        assert data["groups"] == ("2" if kind == "grouped-query" else "1")
+    again = explore_attention(kinds=("grouped-query",), hidden_size=16, num_heads=4, tokens=SENTENCE)
+    assert torch.equal(again.compute().weights, ex.compute(kind="grouped-query").weights)  # seeded: the same layer
+    register_kind("mine", KINDS["causal"].run, layer=lambda C, NH, T: BidirectionalAttention(C, NH, bias=False))
+    try:  # a kind registered with its own default layer gets it
+        assert explore_attention(kinds=("mine",), hidden_size=8, num_heads=2).layers["mine"].Wqkv.bias is None
+    finally:
+        del KINDS["mine"]

@@ -40,9 +40,7 @@ def register_kind(name: str, run: Run, *, cross: bool = False, layer: Layer | No
     KINDS[name] = Kind(name, run, cross, layer)
 
 # %% auto #0
-__all__ = ['PAD', 'Run', 'Layer', 'KINDS', 'Kind', 'register_kind', 'layer_mask', 'run_bidirectional', 'run_causal', 'run_cross',
-           'score_temperature', 'word_vectors', 'AttentionView', 'InputError', 'pad_tokens', 'attention_view',
-           'layer_bias', 'layer_groups']
+__all__ = ['PAD', 'Run', 'Layer', 'KINDS', 'Kind', 'register_kind', 'layer_mask', 'run_bidirectional', 'run_causal', 'run_cross', 'score_temperature', 'word_vectors', 'AttentionView', 'InputError', 'pad_tokens', 'attention_view', 'layer_bias', 'layer_groups', 'DEFAULT_WINDOW', 'run_sliding_window', 'run_alibi', 'variant_layer', 'fewer_kv_heads']
 
 # %% ../../notebooks/06_visualisation.ipynb #6fb4cfd1
 def _is_causal_layer(layer: nn.Module) -> bool:
@@ -235,3 +233,42 @@ def layer_bias(layer: nn.Module, S: int) -> Tensor | None:
 def layer_groups(layer: nn.Module) -> int:
     """G: how many query heads share each key/value head (NH // NKV, notebook 08); 1 when none share."""
     return layer.num_heads // layer.num_kv_heads if hasattr(layer, "num_kv_heads") else 1
+
+# %% ../../notebooks/08_variants.ipynb #e48ae6b9
+DEFAULT_WINDOW = 3  # the "sliding window" kind's W for a layer without a window of its own
+
+
+def run_sliding_window(layer: nn.Module, x: Tensor, context: Tensor | None, keys: Tensor) -> tuple[Tensor, Tensor]:
+    """Query i may attend to the real keys i - W + 1 .. i: W the layer's own window, else DEFAULT_WINDOW (in the mask)."""
+    from attention_lib.variants import sliding_window_mask  # the packaged function: this cell joins attention_lib.viz
+
+    band = sliding_window_mask(x.shape[1], window=getattr(layer, "window", None) or DEFAULT_WINDOW, device=x.device)
+    mask = keys[:, None, :] & band  # (1, S, S): the padding row AND the band
+    _, weights = layer(x, mask=mask, return_weights=True)  # (1, [NH,] S, S)
+    return mask[0], weights  # (S, S)
+
+
+def run_alibi(layer: nn.Module, x: Tensor, context: Tensor | None, keys: Tensor) -> tuple[Tensor, Tensor]:
+    """Causal attention of a layer that adds ALiBi's bias to its scores (the picture shows it beside the weights)."""
+    if getattr(layer, "slopes", None) is None:  # (NH,) on a layer built with alibi=True
+        raise ValueError(f"ALiBi needs a layer that adds it, e.g. GroupedQueryAttention(..., alibi=True), got a "
+                         f"{type(layer).__name__} without it")
+    return run_causal(layer, x, context, keys)
+
+
+def variant_layer(hidden_size: int, num_heads: int, max_len: int, **options) -> nn.Module:
+    """A GroupedQueryAttention with biases, like the series' other layers; `options` as its own (NKV = NH by default)."""
+    from attention_lib.variants import GroupedQueryAttention
+
+    NKV = options.pop("num_kv_heads", num_heads)
+    return GroupedQueryAttention(hidden_size, num_heads, NKV, context_size=max_len, bias=True, **options)
+
+
+def fewer_kv_heads(num_heads: int) -> int:
+    """The most key/value heads that still share: the largest divisor of NH below NH (NH / 2 for an even NH), or 1."""
+    return max([d for d in range(1, num_heads) if num_heads % d == 0], default=1)
+
+
+register_kind("sliding window", run_sliding_window, layer=lambda C, NH, T: variant_layer(C, NH, T, window=DEFAULT_WINDOW))
+register_kind("ALiBi", run_alibi, layer=lambda C, NH, T: variant_layer(C, NH, T, alibi=True))
+register_kind("grouped-query", run_causal, layer=lambda C, NH, T: variant_layer(C, NH, T, num_kv_heads=fewer_kv_heads(NH)))
