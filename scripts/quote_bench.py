@@ -12,10 +12,10 @@ markdown cell of a notebook (notebooks/*.ipynb):
 
 `rows` selects the rows of the run whose name starts with that text (leave it out for every row); `run` names a
 recorded run, the stem of a file in benchmarks/results/ (`run=2026-11-30-1f8cf8a742`), or `latest`, the newest
-recorded run (by the date it recorded) that measured those rows. Everything between the two comments is replaced; edit the comments, not
-the table. Each table shows, per side, the median time over the rounds and its interquartile range computed from
-the recorded rounds, the paired time ratio and its quartiles, the smallest and largest per-round ratio, the ratio
-of the medians, and peak memory, exactly as `benchmarks/run.py` recorded them.
+recorded run (by the date it recorded) that measured those rows. Everything between the two comments is replaced;
+edit the comments, not the table. Each table shows, per side, the median time over the rounds and its interquartile
+range computed from the recorded rounds, the paired time ratio and its quartiles, the smallest and largest per-round
+ratio, the ratio of the medians, and peak memory, exactly as `benchmarks/run.py` recorded them.
 
 To quote a new run: `make bench` (records it in benchmarks/results/), then `make quote-bench`; every marker with
 `run=latest` then quotes the new run. Re-read the prose beside each table afterwards: it may quote numbers.
