@@ -6,7 +6,8 @@ view and the layer selector are there. In JupyterLab the test switches the layer
 lines, compare), the kind, the padding (keyboard on the slider) and the tokens (typing), and after each change checks
 that the page shows the picture the same explorer draws in this process for the same settings (its digest), then
 hovers tokens in the lines view and checks with the browser's computed styles that only the hovered token's lines
-are visible. Bad input (a 17th token) must leave a message and the last picture, faded. In Notebook 7 it runs the
+are visible; it switches once to a kind registered by notebook 08 (sliding window). Bad input (a 17th token) must
+leave a message and the last picture, faded. In Notebook 7 it runs the
 notebook again and drives cross attention in the lines view. Each change's latency (from the input event to the
 painted picture) goes to test-artifacts/browser-latency.json, screenshots to test-artifacts/ (a record, not a timed
 test: the benchmark is benchmarks/explorer.py).
@@ -38,13 +39,14 @@ pytestmark = pytest.mark.browser
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 TOKENS = "the quick brown fox jumps over the lazy dog while the cat sleeps on a mat"  # 16 tokens
+KINDS = ("bidirectional", "causal", "cross", "sliding window")
 SOURCE = f"""import torch
 from attention_lib import BidirectionalAttention
 from attention_lib.viz import explore_attention
 
 torch.manual_seed(0)
 layers = [BidirectionalAttention(16, 4) for _ in range(3)]
-explorer = explore_attention(layers, tokens={TOKENS!r}, hidden_size=16, num_heads=4)
+explorer = explore_attention(layers, tokens={TOKENS!r}, hidden_size=16, num_heads=4, kinds={KINDS!r})
 explorer"""
 
 # Which lines are visible, by the browser's own CSS, in each token group of the lines picture.
@@ -66,7 +68,7 @@ def expected_digest(**settings) -> str:
 
     torch.manual_seed(0)
     layers = [BidirectionalAttention(16, 4) for _ in range(3)]
-    explorer = explore_attention(layers, tokens=TOKENS, hidden_size=16, num_heads=4)
+    explorer = explore_attention(layers, tokens=TOKENS, hidden_size=16, num_heads=4, kinds=KINDS)
     explorer.set(**settings)
     digest = explorer._attrs["digest"]
     explorer.close()
@@ -137,9 +139,13 @@ def in_jupyterlab(reader: Reader) -> dict:
     state = step("padding", lambda: slide(page, "padding"), lambda s: s["pad"] == "2", {**base, "pad": 2})
     assert state["mask"] == "100000/110000/111000/111100/111100/111100" and control(page, "pad side").is_visible()
     explorer.screenshot(path=str(ARTIFACTS / "lab-5-causal-padding.png"))
+    base |= {"kind": "sliding window", "pad": 2}  # notebook 08's kind: the band of the last 3 keys, the padding hidden
+    state = step("kind", lambda: choose(page, "kind", "sliding window"), lambda s: s["kind"] == "sliding window", base)
+    assert state["mask"] == "100000/110000/111000/011100/001100/000100"
+    explorer.screenshot(path=str(ARTIFACTS / "lab-6-sliding-window.png"))
     bad = act(page, lambda: type_text(page, "tokens", TOKENS + " again"), lambda s: s["stale"] == "1")
     assert "at most max_len = 16" in bad["message"] and bad["digest"] == state["digest"]  # the last picture, faded
-    explorer.screenshot(path=str(ARTIFACTS / "lab-6-bad-input.png"))
+    explorer.screenshot(path=str(ARTIFACTS / "lab-7-bad-input.png"))
     return start
 
 

@@ -792,14 +792,15 @@ def test_the_explorer_runs_the_layer():
 
     torch.manual_seed(13)
     layer = GroupedQueryAttention(32, 4, 2, context_size=12, rope_theta=100.0, alibi=True, window=3).eval()
-    view = attention_view(layer, "causal", "cat sat on the mat", pad=1, pad_side="left", head=3)  # 1 + 5 tokens
-    i, j = torch.arange(6)[:, None], torch.arange(6)[None, :]
-    assert view.weights.shape == (4, 6, 6)
-    assert torch.all(view.weights[:, i - j >= 3] == 0)  # outside the window
-    assert torch.all(view.weights[:, :, 0] == 0)  # the padding
-    explorer = explore_attention(layer=layer, kinds=("causal",), max_len=8)
+    view = attention_view(layer, "causal", "the cat sat on the mat", pad=1, pad_side="left", head=3)  # S = 7
+    i, j = torch.arange(7)[:, None], torch.arange(7)[None, :]
+    assert view.weights.shape == (4, 7, 7)
+    assert torch.equal(view.mask, (j <= i) & (i - j < 3) & (j >= 1))  # causal, the window, the padding: all drawn
+    assert torch.all(view.weights[:, ~view.mask] == 0)
+    explorer = explore_attention(layer=layer, kinds=("causal", "sliding window"), max_len=8, tokens="a b c d e")
     try:
-        assert explorer.compute(tokens="a b c d e").weights.shape == (4, 5, 5)
+        assert explorer.compute().weights.shape == (4, 5, 5)
+        assert torch.equal(explorer.compute(kind="sliding window").weights, explorer.compute().weights)
     finally:
         explorer.close()
 

@@ -15,7 +15,7 @@ from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from attention_lib import causal_mask, padding_mask
+from attention_lib import GroupedQueryAttention, causal_mask, padding_mask
 from attention_lib.bidirectional import BidirectionalAttention
 from attention_lib.single_head import SingleHeadAttention
 from attention_lib.viz import (
@@ -36,9 +36,9 @@ from attention_lib.viz import (
     writes_values,
 )
 from attention_lib.viz.plots import MAX_INCHES, mask_table
-from attention_lib.viz.style import HIDDEN, hex_colours, shows_mask
+from attention_lib.viz.style import BIAS_CMAP, BIAS_LABEL, HIDDEN, bias_norm, hex_colours, shows_mask
 from attention_lib.viz.svg import CSS, heads_svg, lines_svg, table_svg
-from attention_lib.viz.views import PAD, pad_tokens
+from attention_lib.viz.views import DEFAULT_WINDOW, PAD, InputError, pad_tokens
 
 SENTENCE, CONTEXT = "the cat sat on the mat", "le chat est assis sur le tapis"
 
@@ -252,15 +252,15 @@ def test_a_registered_kind_is_shown_by_attention_view_and_the_explorer():
         mask = keys[:, None, :] & causal_mask(S) & (i[:, None] - i[None, :] < window)  # (1, S, S)
         return mask[0], layer(x, mask=mask, return_weights=True)[1]
 
-    register_kind("sliding window", sliding)
+    register_kind("window of 2", sliding)
     try:
         layer = BidirectionalAttention(8, 2)
-        view = attention_view(layer, "sliding window", "a b c d")
+        view = attention_view(layer, "window of 2", "a b c d")
         assert view.mask.sum(-1).tolist() == [1, 2, 2, 2] and bool((view.weights[:, ~view.mask] == 0).all())
-        ex = explore_attention(layer, kinds=("sliding window", "bidirectional"), tokens="a b c d")
-        assert torch.equal(ex.compute().mask, view.mask) and picture_data(ex)["kind"] == "sliding window"
+        ex = explore_attention(layer, kinds=("window of 2", "bidirectional"), tokens="a b c d")
+        assert torch.equal(ex.compute().mask, view.mask) and picture_data(ex)["kind"] == "window of 2"
     finally:
-        del KINDS["sliding window"]
+        del KINDS["window of 2"]
 
 
 # ---------------------------------------------------------------- the explorer, driven as a reader drives it
@@ -513,3 +513,201 @@ def test_the_explorer_displays_as_one_view_of_its_widget():
         ex.close()
     finally:
         InteractiveShell.clear_instance()
+
+
+# ---------------------------------------------------------------- notebook 08's layers: windows, ALiBi, shared heads
+
+
+def gqa(num_kv_heads: int = 2, **options) -> GroupedQueryAttention:
+    """A seeded GroupedQueryAttention, C = 16, NH = 4 (HS = 4), context_size = 12."""
+    torch.manual_seed(0)
+    return GroupedQueryAttention(16, 4, num_kv_heads, context_size=12, **options).eval()
+
+
+def band_mask(S: int, pad: int, side: str, window: int | None) -> torch.Tensor:
+    """(S, S): the padding row AND the lower triangle AND (with a window) i - j < window, written out."""
+    i = torch.arange(S)
+    distance = i[:, None] - i[None, :]  # (S, S): i - j
+    return expected_mask("causal", S, S, pad, side) & (distance < (window or S))
+
+
+def hand_alibi(NH: int, S: int) -> torch.Tensor:
+    """(NH, S, S): -m_h (i - j) with the slopes m_h = 2^(-8h / NH), h = 1..NH, of a power-of-two NH."""
+    slopes = 2.0 ** (-8.0 * torch.arange(1, NH + 1) / NH)  # (NH,)
+    i = torch.arange(S).float()
+    return -slopes[:, None, None] * (i[:, None] - i[None, :])  # (NH, S, S)
+
+
+def gqa_weights(layer: GroupedQueryAttention, x: torch.Tensor, mask: torch.Tensor, T: float = 1.0) -> torch.Tensor:
+    """softmax((q·k / √HS + ALiBi) / T) per head from the raw Wqkv, laid out [q (NH·HS) | k (NKV·HS) | v (NKV·HS)],
+    query head h reading key head h // G; x: (S, C), mask: (S, S). No RoPE."""
+    NH, NKV, HS = layer.num_heads, layer.num_kv_heads, layer.head_size
+    out = x.double() @ layer.Wqkv.weight.double().T  # (S, (NH + 2 NKV) HS)
+    out = out if layer.Wqkv.bias is None else out + layer.Wqkv.bias.double()
+    q = out[:, : NH * HS].reshape(-1, NH, HS)  # (S, NH, HS)
+    k = out[:, NH * HS : (NH + NKV) * HS].reshape(-1, NKV, HS).repeat_interleave(NH // NKV, dim=1)  # (S, NH, HS)
+    scores = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(HS)  # (NH, S, S)
+    if layer.alibi:
+        scores = scores + hand_alibi(NH, x.shape[0]).double()
+    w = torch.nan_to_num((scores / T).masked_fill(~mask, float("-inf")).softmax(-1), nan=0.0)  # blind rows: zeros
+    return w.float()
+
+
+@pytest.mark.parametrize("kind", ["causal", "sliding window", "ALiBi", "grouped-query"])  # every kind it can run
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_a_grouped_query_layer_shows_the_mask_it_applies_padding_causal_and_window(kind, side):
+    layer = gqa(window=3, alibi=True)
+    view = attention_view(layer, kind, SENTENCE, pad=2, pad_side=side)
+    expected = band_mask(8, 2, side, window=3)  # (S, S), independent of the library
+    assert torch.equal(view.mask, expected), (kind, view.mask.int())
+    x = word_vectors(view.query_tokens, 16)  # (S, C)
+    assert torch.allclose(view.weights, gqa_weights(layer, x, expected), atol=1e-5)
+    assert bool((view.weights[:, ~expected] == 0).all())
+    plain = attention_view(gqa(), "causal", SENTENCE, pad=2, pad_side=side)  # no window: padding AND causal
+    assert torch.equal(plain.mask, band_mask(8, 2, side, window=None)) and plain.bias is None
+
+
+def test_a_grouped_query_layer_cannot_pose_as_bidirectional_and_a_kind_cannot_hide_what_it_applies():
+    layer = gqa(window=2)
+    with pytest.raises(InputError, match="GroupedQueryAttention cannot show bidirectional"):
+        attention_view(layer, "bidirectional", "a b c")
+    with pytest.raises(ValueError, match="GroupedQueryAttention cannot show bidirectional"):
+        AttentionExplorer(layer)  # the default kinds start with bidirectional
+
+    def padding_only(layer, x, context, keys):  # a kind that gives the layer the padding row alone
+        return keys.expand(x.shape[1], -1), layer(x, mask=keys, return_weights=True)[1]
+
+    register_kind("padding only", padding_only)
+    try:  # the view still shows what the layer hid by itself: its triangle and its window
+        view = attention_view(layer, "padding only", "a b c d e", pad=1)
+        assert torch.equal(view.mask, band_mask(6, 1, "right", window=2))
+    finally:
+        del KINDS["padding only"]
+
+
+def test_the_sliding_window_kind_uses_the_layers_window_or_its_own():
+    layer = BidirectionalAttention(16, 4)
+    view = attention_view(layer, "sliding window", SENTENCE, pad=1, pad_side="left")  # no window: DEFAULT_WINDOW
+    expected = band_mask(7, 1, "left", window=DEFAULT_WINDOW)
+    assert DEFAULT_WINDOW == 3 and torch.equal(view.mask, expected) and view.bias is None and view.groups == 1
+    x = word_vectors(view.query_tokens, 16)
+    assert torch.allclose(view.weights, hand_weights(layer, x, x, expected, 1.0), atol=1e-5)
+    view = attention_view(gqa(window=5), "sliding window", SENTENCE)  # the layer's own window
+    assert torch.equal(view.mask, band_mask(6, 0, "right", window=5))
+
+
+def test_the_alibi_panel_shows_each_heads_bias_on_its_own_scale():
+    layer = gqa(alibi=True, window=4)
+    view = attention_view(layer, "causal", SENTENCE, head=2, temperature=0.5)
+    assert view.bias.shape == (4, 6, 6) and torch.allclose(view.bias, hand_alibi(4, 6))
+    assert not bool(view.bias.signbit()[view.bias == 0].any())  # 0 on the diagonal, never "-0.00"
+    assert torch.equal(view.bias, attention_view(layer, "causal", SENTENCE).bias)  # the layer's bias, whatever T
+    assert attention_view(gqa(), "causal", SENTENCE).bias is None  # no ALiBi, no bias panel
+    # the explorer's table: the bias last, on its own scale (dark = most negative) with its own colour bar
+    ex = explore_attention(layer, kinds=("causal",), tokens=SENTENCE, head=2)
+    picture = ex.picture.value
+    assert picture_data(ex)["bias"] == "1" and f">{BIAS_LABEL}, head 2</text>" in picture
+    assert picture.count(f">{BIAS_LABEL}</text>") == 1 and picture.count(">attention weight</text>") == 1
+    mask = view.mask
+    table = table_svg([("w", view.head_weights, mask)], view.query_tokens, view.key_tokens,
+                      weights_norm(view.head_weights), bias=("b", view.bias[2], mask))
+    fills = re.findall(r'<rect class="cell"[^>]* fill="(#\w+)"', table)[36:]  # the bias table's 36 cells
+    colours = hex_colours(view.bias[2], bias_norm(view.bias[2], mask), BIAS_CMAP)
+    assert fills == [c if visible else HIDDEN for c, visible in zip(colours, mask.flatten().tolist(), strict=True)]
+    low = float(view.bias[2][mask].min())  # the most negative visible bias: -slope_2 · (W - 1)
+    scale = bias_norm(view.bias[2], mask)
+    assert low < 0 and scale.vmin == pytest.approx(low) and scale.vmax == 0
+    # the static picture: mask, weights, bias, rows aligned, a colour bar for each scale
+    fig = plot_view(attention_view(layer, "causal", SENTENCE, head=2), Figure())
+    mask_ax, weights_ax, bias_ax = [ax for ax in fig.axes if ax.get_title()]
+    assert bias_ax.get_title() == f"{BIAS_LABEL}, head 2" and "head 2 → key/value head 1" in weights_ax.get_title()
+    assert torch.allclose(torch.as_tensor(bias_ax.images[0].get_array().data), view.bias[2])
+    assert bias_ax.images[0].get_cmap().name == BIAS_CMAP and bias_ax.images[0].norm.vmax == 0
+    assert bias_ax.images[1].get_array().mask.tolist() == mask.tolist()  # grey exactly where hidden
+    assert {ax.get_ylabel() for ax in fig.axes if not ax.get_title()} == {"attention weight", BIAS_LABEL}
+    fig.canvas.draw()
+    a, b = mask_ax.get_window_extent(), bias_ax.get_window_extent()
+    assert abs(a.y0 - b.y0) < 1 and abs(a.height - b.height) < 1
+
+
+def test_heads_are_labelled_with_their_key_value_head_and_all_heads_are_arranged_by_group():
+    view = attention_view(gqa(num_kv_heads=2), "causal", "a b c")
+    assert view.groups == 2 and view.head_name() == "head 0 → key/value head 0"
+    assert [view.head_name(h) for h in (1, 2, 3)] == [f"head {h} → key/value head {h // 2}" for h in (1, 2, 3)]
+    assert attention_view(gqa(num_kv_heads=1), "causal", "a b c").head_name(3) == "head 3 → key/value head 0"
+    assert attention_view(gqa(num_kv_heads=4), "causal", "a b c").head_name(3) == "head 3"  # NKV = NH: no sharing
+    assert attention_view(BidirectionalAttention(8, 2), "causal", "a b").groups == 1
+    ex = explore_attention(gqa(num_kv_heads=2), kinds=("causal",), tokens="a b c", head=3)
+    assert ">weights, head 3 → key/value head 1</text>" in ex.picture.value and picture_data(ex)["groups"] == "2"
+    ex.set(view="all heads")
+    where = {h: tuple(map(float, re.search(rf'<text x="([\d.]+)" y="([\d.]+)"[^>]*>head {h} → kv {h // 2}</text>',
+                                           ex.picture.value).groups())) for h in range(4)}
+    assert where[0][1] == where[1][1] < where[2][1] == where[3][1]  # one group per row
+    assert where[0][0] == where[2][0] < where[1][0] == where[3][0]
+    titles = [ax.get_title() for ax in ex.plot().axes if ax.get_title().startswith("head")]
+    assert titles == ["head 0 → kv 0", "head 1 → kv 0", "head 2 → kv 1", "head 3 → kv 1"]
+    fig = plot_heads(torch.rand(1, 4, 3, 3).softmax(-1), groups=2)
+    rows = [round(ax.get_position().y0, 3) for ax in fig.axes if ax.get_title().startswith("head")]
+    assert rows[0] == rows[1] != rows[2] == rows[3]
+
+
+@pytest.mark.parametrize("num_kv_heads", [1, 2])
+@pytest.mark.parametrize("alibi", [False, True])
+@pytest.mark.parametrize("T", [0.5, 3.0])
+def test_temperature_divides_the_scores_of_a_layer_with_fewer_key_value_heads(num_kv_heads, alibi, T):
+    """With NKV < NH the query columns of Wqkv are NH·HS of (NH + 2·NKV)·HS, not a third of them; ALiBi's bias is part
+    of the score. Reference: the layer's own explicit weights at T = 1, w, recomputed at T as softmax(log w / T)."""
+    layer = gqa(num_kv_heads, alibi=alibi)
+    torch.manual_seed(1)
+    x = torch.randn(1, 5, 16)  # (B, S, C)
+    mask = padding_mask([4], 5)  # (B, S_kv): the last key is padding
+    with torch.no_grad():
+        _, w1 = layer(x, mask, return_weights=True)  # (B, NH, S, S): the explicit path
+        with score_temperature(layer, T):
+            _, wT = layer(x, mask, return_weights=True)
+    visible = band_mask(5, 1, "right", window=None)  # (S, S)
+    recomputed = (w1[0].log() / T).masked_fill(~visible, float("-inf")).softmax(-1)  # (NH, S, S)
+    assert torch.allclose(wT[0], recomputed, atol=1e-5)
+    assert torch.allclose(wT[0], gqa_weights(layer, x[0], visible, T), atol=1e-5)
+    assert not layer.Wqkv._forward_hooks  # the block leaves the layer as it was
+    assert not alibi or torch.equal(layer.slopes, 2.0 ** (-8.0 * torch.arange(1, 5) / 4))
+    view = attention_view(layer, "causal", ["w0", "w1", "w2", "w3"], pad=1, temperature=T)
+    assert torch.allclose(view.weights, gqa_weights(layer, word_vectors(view.query_tokens, 16), visible, T), atol=1e-5)
+
+
+def test_the_alibi_kind_needs_a_layer_that_adds_it():
+    with pytest.raises(InputError, match="ALiBi needs a layer that adds it.*GroupedQueryAttention without it"):
+        attention_view(gqa(), "ALiBi", SENTENCE)
+    ex = explore_attention(BidirectionalAttention(16, 4), kinds=("causal", "ALiBi"), tokens=SENTENCE)
+    ex.set(kind="ALiBi")  # a message under the controls, never a traceback
+    assert "ALiBi needs a layer that adds it" in ex.message.value and picture_data(ex)["stale"] == "1"
+    assert torch.allclose(attention_view(gqa(alibi=True), "ALiBi", SENTENCE).bias, hand_alibi(4, 6))
+
+
+def test_the_new_kinds_run_seeded_default_layers():
+    state = torch.get_rng_state()
+    ex = explore_attention(kinds=("sliding window",), hidden_size=16, num_heads=4, tokens=SENTENCE)
+    windowed = ex.layers["sliding window"]
+    assert isinstance(windowed, GroupedQueryAttention) and windowed.window == DEFAULT_WINDOW and ex.message.value == ""
+    assert torch.equal(ex.compute().mask, band_mask(6, 0, "right", window=DEFAULT_WINDOW))
+    kinds = ("causal", "sliding window", "ALiBi", "grouped-query")
+    ex = explore_attention(kinds=kinds, hidden_size=16, num_heads=4, tokens=SENTENCE)
+    assert torch.equal(state, torch.get_rng_state())  # the global RNG is left alone
+    causal = ex.layers["causal"]
+    for kind in ("sliding window", "ALiBi"):  # NKV = NH: the causal layer's weights, only the kind's change differs
+        assert torch.equal(ex.layers[kind].Wqkv.weight, causal.Wqkv.weight)
+        assert torch.equal(ex.layers[kind].Wo.bias, causal.Wo.bias)
+    assert ex.layers["ALiBi"].alibi and ex.layers["grouped-query"].num_kv_heads == 2
+    for kind in kinds:
+        ex.set(kind=kind)
+        data = picture_data(ex)
+        assert ex.message.value == "" and data["kind"] == kind
+        assert data["bias"] == ("1" if kind == "ALiBi" else "0")
+        assert data["groups"] == ("2" if kind == "grouped-query" else "1")
+    again = explore_attention(kinds=("grouped-query",), hidden_size=16, num_heads=4, tokens=SENTENCE)
+    assert torch.equal(again.compute().weights, ex.compute(kind="grouped-query").weights)  # seeded: the same layer
+    register_kind("mine", KINDS["causal"].run, layer=lambda C, NH, T: BidirectionalAttention(C, NH, bias=False))
+    try:  # a kind registered with its own default layer gets it
+        assert explore_attention(kinds=("mine",), hidden_size=8, num_heads=2).layers["mine"].Wqkv.bias is None
+    finally:
+        del KINDS["mine"]

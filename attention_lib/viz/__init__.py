@@ -7,25 +7,27 @@ One picture style for the whole series, static and interactive (`attention_lib.v
 - a mask: MASK_CMAP, grey #d9d9d9 = hidden, green #2ca25f = may attend, with a legend; drawn only when it hides
   something (`shows_mask`);
 - weights: WEIGHTS_CMAP "Blues" from vmin 0 to vmax = the largest weight shown (`weights_norm`), a colour bar labelled
-  "attention weight", hidden cells in the mask's grey, values written in the cells while S, S_kv <= 10 (`writes_values`).
+  "attention weight", hidden cells in the mask's grey, values written in the cells while S, S_kv <= 10 (`writes_values`);
+- a bias a layer adds to its scores (ALiBi, notebook 08): BIAS_CMAP "Purples_r" from its most negative visible value
+  to 0 (`bias_norm`), its own colour bar "ALiBi bias", hidden cells grey.
 
 Modules: style (the rule), plots (matplotlib: plot_mask, plot_weights, plot_heads, plot_cross_attention, plot_view),
-svg (the browser's pictures: tables, all heads, lines), views (what a layer did: KINDS, register_kind, attention_view),
-explorer (the widget: explore_attention, AttentionExplorer).
+svg (the browser's pictures: tables, all heads, lines), views (what a layer did: KINDS, register_kind, attention_view;
+the kinds of notebook 08's layers: sliding window, ALiBi, grouped-query), explorer (explore_attention, AttentionExplorer).
 """
 
 from __future__ import annotations
 
 from .explorer import AttentionExplorer, explore_attention  # noqa: F401 (the package's names)
 from .plots import plot_cross_attention, plot_heads, plot_mask, plot_view, plot_weights  # noqa: F401
-from .style import MASK_CMAP, WEIGHTS_CMAP, shows_mask, weights_norm, writes_values  # noqa: F401
+from .style import BIAS_CMAP, MASK_CMAP, WEIGHTS_CMAP, shows_mask, weights_norm, writes_values  # noqa: F401
 from .views import KINDS, AttentionView, attention_view, register_kind, score_temperature, word_vectors  # noqa: F401
 
 _all_ = ["AttentionExplorer", "explore_attention", "plot_cross_attention", "plot_heads", "plot_mask", "plot_view",
-         "plot_weights", "MASK_CMAP", "WEIGHTS_CMAP", "shows_mask", "weights_norm", "writes_values", "KINDS",
+         "plot_weights", "BIAS_CMAP", "MASK_CMAP", "WEIGHTS_CMAP", "shows_mask", "weights_norm", "writes_values", "KINDS",
          "AttentionView", "attention_view", "register_kind", "score_temperature", "word_vectors"]
 
 # %% auto #0
 __all__ = ['AttentionExplorer', 'explore_attention', 'plot_cross_attention', 'plot_heads', 'plot_mask', 'plot_view',
-           'plot_weights', 'MASK_CMAP', 'WEIGHTS_CMAP', 'shows_mask', 'weights_norm', 'writes_values', 'KINDS',
-           'AttentionView', 'attention_view', 'register_kind', 'score_temperature', 'word_vectors']
+           'plot_weights', 'BIAS_CMAP', 'MASK_CMAP', 'WEIGHTS_CMAP', 'shows_mask', 'weights_norm', 'writes_values',
+           'KINDS', 'AttentionView', 'attention_view', 'register_kind', 'score_temperature', 'word_vectors']

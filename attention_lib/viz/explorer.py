@@ -14,7 +14,7 @@ from torch import nn
 
 from ..bidirectional import BidirectionalAttention
 from .plots import plot_heads, plot_view
-from .style import shows_mask, weights_norm
+from .style import BIAS_LABEL, shows_mask, weights_norm
 from .svg import CSS, heads_svg, lines_svg, table_svg
 from .views import KINDS, AttentionView, InputError, _is_causal_layer, _step, attention_view
 
@@ -57,12 +57,16 @@ def _stacks(layer, cross_layer, kinds: Sequence[str], hidden_size: int, num_head
             seed: int) -> dict[str, list[nn.Module]]:
     """The layers behind each kind, as a list (a model's stack). Where none is given, seeded random ones (the global
     RNG is left alone): a BidirectionalAttention, a CausalAttention with the same weights for "causal" (switching
-    the kind changes only the mask), and a CrossAttention of the same sizes."""
+    the kind changes only the mask), a CrossAttention of the same sizes, and a kind's own layer where it has one
+    (`Kind.layer`), with the BidirectionalAttention's weights when its parameters have their shapes."""
 
     def stack(x) -> list[nn.Module]:
         return list(x) if isinstance(x, list | tuple | nn.ModuleList) else [x]
 
-    twin = None
+    def shapes(m: nn.Module) -> dict:
+        return {name: t.shape for name, t in m.state_dict().items()}
+
+    twin, own = None, {}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         if layer is None and any(not KINDS[k].cross for k in kinds):
@@ -75,9 +79,15 @@ def _stacks(layer, cross_layer, kinds: Sequence[str], hidden_size: int, num_head
 
             first = stack(layer)[0] if layer is not None else None  # the sizes of the layer given: one embed serves both
             cross_layer = CrossAttention(*((first.hidden_size, getattr(first, "num_heads", 1)) if first else (hidden_size, num_heads)))
-    stacks = {k: stack(cross_layer if KINDS[k].cross else twin if k == "causal" and twin else layer) for k in kinds}
-    if any(_is_causal_layer(m) for m in stacks.get("bidirectional", [])):
-        raise ValueError("a CausalAttention cannot show bidirectional attention: pass kinds=('causal', ...)")
+        for k in (k for k in kinds if KINDS[k].layer is not None and twin is not None and not KINDS[k].cross):
+            torch.manual_seed(seed)  # each kind's layer the same whichever kinds come with it
+            own[k] = KINDS[k].layer(hidden_size, num_heads, max_len)
+            if shapes(own[k]) == shapes(layer):  # e.g. NKV = NH: only what the kind changes changes
+                own[k].load_state_dict(layer.state_dict())
+    stacks = {k: stack(own[k] if k in own else cross_layer if KINDS[k].cross else twin if k == "causal" and twin else layer)
+              for k in kinds}
+    for m in (m for m in stacks.get("bidirectional", []) if _is_causal_layer(m)):
+        raise ValueError(f"a {type(m).__name__} cannot show bidirectional attention: pass kinds=('causal', ...)")
     return stacks
 
 
@@ -150,14 +160,16 @@ class _Pictures:
         view = self._view(values)
 
         def name(v: AttentionView) -> str:
-            return f"layer {v.layer}, " * (len(self.stacks[v.kind]) > 1) + f"head {v.head}"
+            return f"layer {v.layer}, " * (len(self.stacks[v.kind]) > 1) + v.head_name()
 
         q, k, S, S_kv = view.query_tokens, view.key_tokens, *view.mask.shape
         title = f"{view.kind} · S = {S}" + f", S_kv = {S_kv}" * KINDS[view.kind].cross
+        title += f" · NH = {len(view.weights)}, NKV = {len(view.weights) // view.groups}" * (view.groups > 1)
         title += f" · T = {view.temperature:g}" * (view.temperature != 1)
         if values["view"] == "all heads":
             title += f" · layer {view.layer}" * (len(self.stacks[view.kind]) > 1)
-            return view, heads_svg(view.weights, view.mask, q, k, weights_norm(view.weights), view.head, title)
+            return view, heads_svg(view.weights, view.mask, q, k, weights_norm(view.weights), view.head, title,
+                                   groups=view.groups)
         if values["view"] == "lines":
             return view, lines_svg(view.head_weights, view.mask, q, k, weights_norm(view.head_weights), f"{title} · {name(view)}")
         if values["view"] == "compare":
@@ -166,13 +178,14 @@ class _Pictures:
             return view, table_svg(panels, q, k, weights_norm(torch.stack([p[1] for p in panels])), title)  # one scale
         panels = [("mask", None, view.mask)] * shows_mask(view.mask)  # the mask only when it hides something
         panels.append((f"weights, {name(view)}", view.head_weights, view.mask))
-        return view, table_svg(panels, q, k, weights_norm(view.head_weights), title)
+        bias = None if view.bias is None else (f"{BIAS_LABEL}, head {view.head}", view.bias[view.head], view.mask)
+        return view, table_svg(panels, q, k, weights_norm(view.head_weights), title, bias)
 
     def plot(self):
         """The current picture, static (matplotlib): every head in the "all heads" view, else the selected head."""
         view = self.compute()
         if self.controls["view"].value == "all heads":
-            return plot_heads(view.weights[None], view.query_tokens, view.key_tokens, mask=view.mask[None])
+            return plot_heads(view.weights[None], view.query_tokens, view.key_tokens, mask=view.mask[None], groups=view.groups)
         return plot_view(view)
 
 # %% ../../notebooks/06_visualisation.ipynb #e8fc6e8d
@@ -195,7 +208,8 @@ class _Display:
         self._attrs = {"kind": view.kind, "view": c["view"].value, "layer": view.layer, "head": view.head,
                        "layer-b": c["layer_b"].value, "head-b": c["head_b"].value, "seq-len": len(view.query_tokens),
                        "kv-len": len(view.key_tokens), "pad": c["pad"].value, "pad-side": c["pad_side"].value,
-                       "temperature": f"{view.temperature:g}", "render": self.renders,
+                       "temperature": f"{view.temperature:g}", "groups": view.groups, "bias": int(view.bias is not None),
+                       "render": self.renders,
                        "mask": "/".join("".join("01"[v] for v in row) for row in view.mask.int().tolist()),
                        "digest": hashlib.sha256(body.encode()).hexdigest()[:16]}
         self._show(body)

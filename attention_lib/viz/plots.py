@@ -100,7 +100,7 @@ def _draw(ax: Axes, table: Tensor, cmap, norm: Normalize, query_labels: Labels, 
     ax.set_title(title or "", fontsize=10)
     for (i, j), v in np.ndenumerate(table.numpy()) if values else ():
         if hidden is None or not hidden[i, j]:
-            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color=style.ink(float(norm(v))))
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color=style.ink(float(norm(v)), cmap))
 
 
 def _axes(S: int, S_kv: int) -> Axes:
@@ -148,9 +148,11 @@ def plot_weights(weights: Tensor, query_labels: Labels = None, key_labels: Label
 
 # %% ../../notebooks/06_visualisation.ipynb #6fe1f554
 def plot_heads(weights: Tensor, query_labels: Labels = None, key_labels: Labels = None, *, batch: int = 0,
-               mask: Tensor | None = None, ncols: int = 4, annotate: bool = False, title: str | None = None) -> Figure:
+               mask: Tensor | None = None, ncols: int = 4, annotate: bool = False, title: str | None = None,
+               groups: int = 1) -> Figure:
     """Every head of batch element `batch`, weights (B, NH, S, S_kv), in a grid on one colour scale with one colour
-    bar; returns the Figure. For one head's (B, S, S_kv) pass weights[:, None]."""
+    bar; returns the Figure. For one head's (B, S, S_kv) pass weights[:, None]. groups = G > 1: G query heads share
+    each key/value head (notebook 08); each row holds one group, each head titled with its key/value head."""
     w = torch.as_tensor(weights).detach().cpu().float()  # (B, NH, S, S_kv)
     if w.ndim != 4:
         raise ValueError(f"weights must have shape (B, NH, S, S_kv), got {tuple(w.shape)} "
@@ -158,7 +160,7 @@ def plot_heads(weights: Tensor, query_labels: Labels = None, key_labels: Labels 
     import matplotlib.pyplot as plt
 
     NH, S, S_kv = w.shape[1:]
-    ncols = max(1, min(ncols, NH))
+    ncols = max(1, min(groups if 1 < groups <= 8 else ncols, NH))
     nrows = -(-NH // ncols)
     fig, axes = plt.subplots(nrows, ncols, squeeze=False, layout="constrained",
                              figsize=figure_size(nrows * S, ncols * S_kv, extra=1.0))
@@ -168,7 +170,7 @@ def plot_heads(weights: Tensor, query_labels: Labels = None, key_labels: Labels 
             ax.axis("off")
             continue
         plot_weights(w, query_labels, key_labels, batch=batch, head=h, mask=mask, ax=ax, annotate=annotate,
-                     colorbar=False, title=f"head {h}", norm=norm)
+                     colorbar=False, title=f"head {h}" + f" → kv {h // groups}" * (groups > 1), norm=norm)
         if h % ncols:  # the queries' tokens once, left of each row of heads
             ax.set_ylabel("")
             ax.tick_params(labelleft=False)
@@ -199,25 +201,33 @@ def plot_cross_attention(weights: Tensor, query_tokens: Labels, context_tokens: 
 
 def plot_view(view, fig: Figure | None = None) -> Figure:
     """An AttentionView as a static picture: the mask (only when it hides something) beside the selected head's
-    weights, rows aligned, one colour bar and a legend; returns the Figure (a pyplot one unless `fig` is given)."""
+    weights, and its bias (ALiBi) on a scale of its own when the layer adds one; rows aligned, a colour bar per scale
+    and a legend; returns the Figure (a pyplot one unless `fig` is given)."""
     S, S_kv = view.mask.shape
     mask, with_mask = view.mask[None], style.shows_mask(view.mask)  # (1, S, S_kv): a 2-D mask would mean padding
+    n = 1 + with_mask + (view.bias is not None)  # the tables side by side
     if fig is None:
         import matplotlib.pyplot as plt
 
-        fig = plt.figure(figsize=figure_size(S, (1 + with_mask) * S_kv, extra=1.6))
+        fig = plt.figure(figsize=figure_size(S, n * S_kv, extra=1.6 + 0.8 * (view.bias is not None)))
     fig.set_layout_engine("constrained")
-    axes = fig.subplots(1, 1 + with_mask, squeeze=False)[0]
+    axes = fig.subplots(1, n, squeeze=False)[0]
     if with_mask:
         plot_mask(mask, view.query_tokens, view.key_tokens, ax=axes[0], legend=False)
-    head = f"layer {view.layer}, head {view.head}" + f", T = {view.temperature:g}" * (view.temperature != 1)
-    plot_weights(view.head_weights, view.query_tokens, view.key_tokens, mask=mask, ax=axes[-1], colorbar=False,
-                 title=f"weights, {head}")
-    if with_mask:  # the rows' tokens once
-        axes[-1].set_ylabel("")
-        axes[-1].tick_params(labelleft=False)
-    bar = fig.colorbar(ScalarMappable(style.weights_norm(view.head_weights), style.WEIGHTS_CMAP), ax=list(axes), fraction=0.03)
-    bar.set_label(style.WEIGHTS_LABEL, fontsize=9)  # one bar for both axes: they shrink alike, so the rows stay aligned
+    head = f"layer {view.layer}, {view.head_name()}" + f", T = {view.temperature:g}" * (view.temperature != 1)
+    values = style.writes_values(S, S_kv) and n * S_kv <= 2 * style.ANNOTATE_MAX  # three tables: the values fit to 6
+    plot_weights(view.head_weights, view.query_tokens, view.key_tokens, mask=mask, ax=axes[int(with_mask)],
+                 annotate=values, colorbar=False, title=f"weights, {head}")
+    scales = [(style.weights_norm(view.head_weights), style.WEIGHTS_CMAP, style.WEIGHTS_LABEL)]
+    if view.bias is not None:  # the bias the layer adds to this head's scores, hidden cells grey
+        scales.append((style.bias_norm(view.bias[view.head], view.mask), style.BIAS_CMAP, style.BIAS_LABEL))
+        _draw(axes[-1], view.bias[view.head].float(), style.BIAS_CMAP, scales[-1][0], view.query_tokens,
+              view.key_tokens, f"{style.BIAS_LABEL}, head {view.head}", ~view.mask, values)
+    for ax in axes[1:]:  # the rows' tokens once
+        ax.set_ylabel("")
+        ax.tick_params(labelleft=False)
+    for norm, cmap, label in scales:  # each bar spans every axes: they shrink alike, so the rows stay aligned
+        fig.colorbar(ScalarMappable(norm, cmap), ax=list(axes), fraction=0.03).set_label(label, fontsize=9)
     _legend(fig, hidden=with_mask, may_attend=with_mask, loc="outside lower center", ncol=2)
     fig.suptitle(f"{view.kind} attention", fontsize=11)
     return fig

@@ -3,6 +3,8 @@
 # %% ../../notebooks/06_visualisation.ipynb #a1910355
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from matplotlib import colormaps
@@ -12,8 +14,16 @@ from torch import Tensor
 HIDDEN, MAY_ATTEND = "#d9d9d9", "#2ca25f"  # the mask's two colours: grey = hidden, green = may attend
 MASK_CMAP = ListedColormap([HIDDEN, MAY_ATTEND])  # False (0) -> grey, True (1) -> green
 WEIGHTS_CMAP, WEIGHTS_LABEL = "Blues", "attention weight"  # white at 0, dark blue at the top; the colour bar's label
+BIAS_CMAP, BIAS_LABEL = "Purples_r", "ALiBi bias"  # a bias added to the scores (notebook 08): dark = most negative
 ANNOTATE_MAX = 10  # values are written in the cells while S and S_kv are both at most this
-_HEX = [to_hex(c) for c in colormaps[WEIGHTS_CMAP](np.linspace(0.0, 1.0, 256))]  # the colormap in 256 steps
+
+
+@functools.cache
+def palette(cmap: str = WEIGHTS_CMAP) -> tuple[list[str], list[str]]:
+    """The colormap in 256 steps: each step's '#rrggbb', and the ink readable on it (white on a dark step)."""
+    steps = colormaps[cmap](np.linspace(0.0, 1.0, 256))  # (256, 4) RGBA
+    dark = steps[:, :3] @ np.array([0.299, 0.587, 0.114]) < 0.52  # luminance: Blues turns dark at 0.6
+    return [to_hex(c) for c in steps], ["white" if d else "#333333" for d in dark]
 
 
 def weights_norm(weights: Tensor) -> Normalize:
@@ -33,20 +43,28 @@ def shows_mask(mask: Tensor) -> bool:
     return not bool(torch.as_tensor(mask).all())
 
 
+def bias_norm(bias: Tensor, mask: Tensor) -> Normalize:
+    """The colour scale of a bias table (S, S_kv): from its most negative visible value (-1 if none) to 0."""
+    shown = torch.as_tensor(bias).detach()[torch.as_tensor(mask)]  # the visible entries
+    low = float(shown.min()) if shown.numel() else 0.0
+    return Normalize(vmin=low if low < 0 else -1.0, vmax=0.0)
+
+
 def levels(weights: Tensor, norm: Normalize) -> np.ndarray:
     """Each weight's place on the scale `norm`, from 0 to 1, row by row: (n,) for n weights."""
     return np.clip(np.asarray(norm(torch.as_tensor(weights).detach().float().flatten().numpy()), dtype=float), 0.0, 1.0)
 
 
-def hex_colours(weights: Tensor, norm: Normalize) -> list[str]:
+def hex_colours(weights: Tensor, norm: Normalize, cmap: str = WEIGHTS_CMAP) -> list[str]:
     """The '#rrggbb' colour of each weight on the scale `norm`, row by row (for the SVG pictures)."""
-    return [_HEX[int(level * 255 + 0.5)] for level in levels(weights, norm)]
+    hexes = palette(cmap)[0]
+    return [hexes[int(level * 255 + 0.5)] for level in levels(weights, norm)]
 
 
-def ink(level: float) -> str:
-    """A text colour readable on a cell at this place of the scale (0 to 1): white on dark blue, dark grey on light."""
-    return "white" if level > 0.6 else "#333333"
+def ink(level: float, cmap: str = WEIGHTS_CMAP) -> str:
+    """A text colour readable on a cell at this place of the scale (0 to 1): white on a dark cell, dark grey on light."""
+    return palette(cmap)[1][int(level * 255 + 0.5)]
 
 # %% auto #0
-__all__ = ['HIDDEN', 'MAY_ATTEND', 'MASK_CMAP', 'WEIGHTS_CMAP', 'WEIGHTS_LABEL', 'ANNOTATE_MAX', 'weights_norm', 'writes_values',
-           'shows_mask', 'levels', 'hex_colours', 'ink']
+__all__ = ['HIDDEN', 'MAY_ATTEND', 'MASK_CMAP', 'WEIGHTS_CMAP', 'WEIGHTS_LABEL', 'BIAS_CMAP', 'BIAS_LABEL', 'ANNOTATE_MAX',
+           'palette', 'weights_norm', 'writes_values', 'shows_mask', 'bias_norm', 'levels', 'hex_colours', 'ink']

@@ -10,6 +10,7 @@ import torch
 from matplotlib.colors import Normalize
 from torch import Tensor
 
+from . import style  # the scales of other tables than the weights: style.BIAS_CMAP, ...
 from .style import HIDDEN, MAY_ATTEND, WEIGHTS_LABEL, hex_colours, ink, levels, writes_values
 
 FONT, SMALL = 12, 10  # px: labels and titles; values and ticks (pictures are shown at their size, never scaled)
@@ -51,16 +52,17 @@ def svg(width: float, height: float, body: str, cls: str = "") -> str:
 __all__ = ['FONT', 'SMALL', 'CSS', 'Panel', 'svg', 'colour_bar', 'legend', 'cells', 'table_svg', 'heads_svg', 'lines_svg']
 
 # %% ../../notebooks/06_visualisation.ipynb #351189de
-def colour_bar(x: float, y: float, height: float, norm: Normalize) -> str:
-    """A vertical colour bar at (x, y): 0 at the bottom, the top of the scale at the top, three ticks, its label."""
-    colours = hex_colours(torch.linspace(norm.vmax, norm.vmin, 32), norm)  # top to bottom
+def colour_bar(x: float, y: float, height: float, norm: Normalize, cmap: str = style.WEIGHTS_CMAP,
+               label: str = WEIGHTS_LABEL) -> str:
+    """A vertical colour bar at (x, y): the bottom of the scale at the bottom, its top at the top, three ticks, its label."""
+    colours = hex_colours(torch.linspace(norm.vmax, norm.vmin, 32), norm, cmap)  # top to bottom
     step = height / len(colours)
     parts = [f'<rect x="{x}" y="{y + k * step:.1f}" width="14" height="{step + 0.6:.1f}" fill="{c}"/>' for k, c in enumerate(colours)]
     parts.append(f'<rect x="{x}" y="{y}" width="14" height="{height:.1f}" fill="none" stroke="#999"/>')
     for f in (0.0, 0.5, 1.0):
         parts.append(_text(x + 18, y + height * (1 - f) + 4, f"{norm.vmin + f * (norm.vmax - norm.vmin):.2f}", "small"))
-    label = f'<text class="small" text-anchor="middle" transform="translate({x + 50:.1f},{y + height / 2:.1f}) rotate(90)">'
-    return "".join(parts) + f"{label}{WEIGHTS_LABEL}</text>"
+    start = f'<text class="small" text-anchor="middle" transform="translate({x + 50:.1f},{y + height / 2:.1f}) rotate(90)">'
+    return "".join(parts) + f"{start}{_esc(label)}</text>"
 
 
 def legend(x: float, y: float, items: Sequence[tuple[str, str]]) -> str:
@@ -73,12 +75,13 @@ def legend(x: float, y: float, items: Sequence[tuple[str, str]]) -> str:
 
 
 def cells(x0: float, y0: float, cell: int, weights: Tensor | None, mask: Tensor, norm: Normalize,
-          queries: Sequence[str], keys: Sequence[str], values: bool = False) -> str:
-    """One table at (x0, y0): weights (S, S_kv) on the scale `norm`, hidden cells grey; or without weights the mask."""
+          queries: Sequence[str], keys: Sequence[str], values: bool = False, cmap: str = style.WEIGHTS_CMAP) -> str:
+    """One table at (x0, y0): weights (S, S_kv) (or a bias) on the scale `norm` of `cmap`, hidden cells grey; or
+    without weights the mask."""
     shown, S_kv = mask.flatten().tolist(), mask.shape[1]  # (S * S_kv,)
-    colours = hex_colours(weights, norm) if weights is not None else [MAY_ATTEND] * len(shown)
+    colours = hex_colours(weights, norm, cmap) if weights is not None else [MAY_ATTEND] * len(shown)
     w = weights.flatten().tolist() if weights is not None else None
-    ink_of = [ink(level) for level in levels(weights, norm)] if values and w else []  # text colour on each cell
+    ink_of = [ink(level, cmap) for level in levels(weights, norm)] if values and w else []  # text colour on each cell
     queries, keys, parts = [_esc(q) for q in queries], [_esc(k) for k in keys], []
     for n, visible in enumerate(shown):
         (i, j), what = divmod(n, S_kv), "hidden" if not visible else f"{w[n]:.3f}" if w else "may attend"
@@ -93,41 +96,51 @@ def cells(x0: float, y0: float, cell: int, weights: Tensor | None, mask: Tensor,
 Panel = tuple[str, Tensor | None, Tensor]  # (title, weights (S, S_kv) or None to draw the mask itself, mask (S, S_kv))
 
 
-def table_svg(panels: Sequence[Panel], queries: Sequence[str], keys: Sequence[str], norm: Normalize, title: str = "") -> str:
+def table_svg(panels: Sequence[Panel], queries: Sequence[str], keys: Sequence[str], norm: Normalize, title: str = "",
+              bias: Panel | None = None) -> str:
     """Tables side by side sharing one column of query labels (their rows line up), the keys above each; a colour
-    bar when weights are shown, and a legend of the mask's colours that appear."""
+    bar when weights are shown, and a legend of the mask's colours that appear. bias: (title, bias (S, S_kv), mask),
+    drawn last on a scale of its own (`style.bias_norm`, `style.BIAS_CMAP`) with its own colour bar."""
     S, S_kv = panels[0][2].shape
     cell = max(22, min(36, 432 // max(S, S_kv)))  # px: a table about 430 px wide, cells of 22 to 36 px
     left, keys_h = max(map(_width, queries)) + 10, max(map(_width, keys)) + 6
-    top, x = (26 if title else 6) + 18 + keys_h, left  # below the title, the panels' titles and the key labels
+    top, x, height = (26 if title else 6) + 18 + keys_h, left, max(S * cell, 120)  # below the titles and key labels
     parts = [_text(4, 16, title, "title")] * bool(title) + [_text(left - 6, top + (i + 0.5) * cell + 4, q, anchor="end")
                                                           for i, q in enumerate(queries)]
-    for name, weights, mask in panels:
+    tables = [(*panel, norm, style.WEIGHTS_CMAP) for panel in panels]
+    bars = {len(panels) - 1: (norm, style.WEIGHTS_CMAP, WEIGHTS_LABEL)} if any(w is not None for _, w, _ in panels) else {}
+    if bias is not None:  # last, with its own scale and colour bar
+        tables.append((*bias, style.bias_norm(bias[1], bias[2]), style.BIAS_CMAP))
+        bars[len(panels)] = (tables[-1][3], style.BIAS_CMAP, style.BIAS_LABEL)
+    for n, (name, values, mask, scale, cmap) in enumerate(tables):
         parts += [_text(x, top - keys_h - 8, name, "title"), _key_labels(x, top - 5, cell, keys)]
-        parts.append(cells(x, top, cell, weights, mask, norm, queries, keys, weights is not None and writes_values(S, S_kv)))
-        x += S_kv * cell + 20
-    height = max(S * cell, 120)
-    if any(w is not None for _, w, _ in panels):
-        parts.append(colour_bar(x, top, height, norm))
-        x += 64
+        parts.append(cells(x, top, cell, values, mask, scale, queries, keys, values is not None and writes_values(S, S_kv), cmap))
+        right = x + S_kv * cell + 20  # the table's right edge and a gap: its colour bar goes there
+        if n in bars:
+            parts.append(colour_bar(right, top, height, *bars[n]))
+            right += 64 + 24 * (n + 1 < len(tables))
+        x = max(right, x + _width(name) + 20)  # a long title needs the room
     items = [(MAY_ATTEND, "may attend")] * any(w is None for _, w, _ in panels)
     items += [(HIDDEN, "hidden")] * any(not bool(m.all()) for _, _, m in panels)
     return svg(max(x, left + 260), top + height + 34, "".join(parts) + legend(left, top + height + 24, items), "attn-table")
 
 
 def heads_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Sequence[str], norm: Normalize,
-              selected: int | None = None, title: str = "", ncols: int = 4) -> str:
+              selected: int | None = None, title: str = "", ncols: int = 4, groups: int = 1) -> str:
     """Every head of a layer, weights (NH, S, S_kv), as small tables in a grid on one scale; the tokens left of each
-    row and above each column of tables (10 px); the selected head framed."""
+    row and above each column of tables (10 px); the selected head framed. groups = G > 1: G query heads share each
+    key/value head (notebook 08): one group per row, each head named with its key/value head."""
     NH, S, S_kv = weights.shape
-    cell, ncols = max(11, min(18, 176 // max(S, S_kv))), min(ncols, NH)  # rows of 11 px carry 10 px labels
+    names = [f"head {h}" + f" → kv {h // groups}" * (groups > 1) for h in range(NH)]
+    cell, ncols = max(11, min(18, 176 // max(S, S_kv))), min(groups if 1 < groups <= 8 else ncols, NH)  # rows of 11 px: 10 px labels
     left, keys_h = max(_width(q, SMALL) for q in queries) + 8, max(_width(k, SMALL) for k in keys) + 6
-    top, panel_w, panel_h, rows = (26 if title else 6) + keys_h, S_kv * cell + 16, S * cell + 22, -(-NH // ncols)
+    panel_w, panel_h, rows = max(S_kv * cell, _width(names[-1])) + 16, S * cell + 22, -(-NH // ncols)
+    top = (26 if title else 6) + keys_h
     parts = [_text(4, 16, title, "title")] * bool(title) + [_key_labels(left + c * panel_w, top - 4, cell, keys, "small")
                                                           for c in range(ncols)]
     for h in range(NH):
         x, y = left + h % ncols * panel_w, top + h // ncols * panel_h + 18
-        parts += [_text(x, y - 5, f"head {h}", "title" * (h == selected)), cells(x, y, cell, weights[h], mask, norm, queries, keys)]
+        parts += [_text(x, y - 5, names[h], "title" * (h == selected)), cells(x, y, cell, weights[h], mask, norm, queries, keys)]
         parts += [_text(left - 4, y + (i + 0.5) * cell + 3.5, q, "small", "end") for i, q in enumerate(queries)] * (h % ncols == 0)
         if h == selected:
             parts.append(f'<rect x="{x - 2}" y="{y - 2}" width="{S_kv * cell + 3}" height="{S * cell + 3}" fill="none" stroke="#e6550d" stroke-width="2"/>')

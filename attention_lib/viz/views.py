@@ -16,41 +16,55 @@ from ..functional import causal_mask, padding_mask
 
 PAD = "[PAD]"
 Run = Callable[[nn.Module, Tensor, "Tensor | None", Tensor], tuple[Tensor, Tensor]]
+Layer = Callable[[int, int, int], nn.Module]  # (hidden_size, num_heads, max_len) -> a layer
 
 
 @dataclass(frozen=True)
 class Kind:
     """A kind of attention: `run(layer, x, context, keys) -> (mask (S, S_kv), weights (1, [NH,] S, S_kv))` masks and
     runs a layer. x: (1, S, C); context: (1, S_kv, C_kv) for a cross kind, else None; keys: (1, S_kv) bool, True on
-    the real keys, False on padding. `cross`: the keys come from a second sequence, the context."""
+    the real keys, False on padding. `cross`: the keys come from a second sequence, the context. `layer`: builds the
+    explorer's seeded layer of a self-attention kind when it is given none (None: notebook 03's, or 04's for causal)."""
 
     name: str
     run: Run
     cross: bool = False
+    layer: Layer | None = None
 
 
 KINDS: dict[str, Kind] = {}
 
 
-def register_kind(name: str, run: Run, *, cross: bool = False) -> None:
+def register_kind(name: str, run: Run, *, cross: bool = False, layer: Layer | None = None) -> None:
     """Make a kind of attention available to `attention_view` and to the explorer (a new name, or a replacement)."""
-    KINDS[name] = Kind(name, run, cross)
+    KINDS[name] = Kind(name, run, cross, layer)
 
 # %% auto #0
-__all__ = ['PAD', 'Run', 'KINDS', 'Kind', 'register_kind', 'run_bidirectional', 'run_causal', 'run_cross', 'score_temperature',
-           'word_vectors', 'AttentionView', 'InputError', 'pad_tokens', 'attention_view']
+__all__ = ['PAD', 'Run', 'Layer', 'KINDS', 'Kind', 'register_kind', 'layer_mask', 'run_bidirectional', 'run_causal', 'run_cross', 'score_temperature', 'word_vectors', 'AttentionView', 'InputError', 'pad_tokens', 'attention_view', 'layer_bias', 'layer_groups', 'DEFAULT_WINDOW', 'run_sliding_window', 'run_alibi', 'variant_layer', 'fewer_kv_heads']
 
 # %% ../../notebooks/06_visualisation.ipynb #6fb4cfd1
 def _is_causal_layer(layer: nn.Module) -> bool:
+    """Whether the layer applies the causal triangle itself, whatever mask it gets: a CausalAttention, or a layer with
+    shared key/value heads (`num_kv_heads`: notebook 08's GroupedQueryAttention, known by it in any copy of the class)."""
     from attention_lib.causal import CausalAttention  # here: viz loads without it
 
-    return isinstance(layer, CausalAttention)
+    return isinstance(layer, CausalAttention) or hasattr(layer, "num_kv_heads")
+
+
+def layer_mask(layer: nn.Module, S: int, device: torch.device | str | None = None) -> Tensor | None:
+    """(S, S): what a self-attention layer hides by itself, whatever mask it gets: its causal triangle, cut to its last
+    `window` keys when it has a window (notebook 08); None for a layer that hides only what its mask hides."""
+    if not _is_causal_layer(layer):
+        return None
+    window, i = getattr(layer, "window", None), torch.arange(S, device=device)
+    distance = i[:, None] - i[None, :]  # (S, S): i - j
+    return (distance >= 0) & (distance < (window or S))  # (S, S)
 
 
 def run_bidirectional(layer: nn.Module, x: Tensor, context: Tensor | None, keys: Tensor) -> tuple[Tensor, Tensor]:
     """Every query may attend to every real key: the layer gets the (B, S_kv) padding mask."""
     if _is_causal_layer(layer):
-        raise ValueError("a CausalAttention cannot show bidirectional attention: it always applies its triangle")
+        raise ValueError(f"a {type(layer).__name__} cannot show bidirectional attention: it always applies its triangle")
     _, weights = layer(x, mask=keys, return_weights=True)  # (1, [NH,] S, S)
     return keys.expand(x.shape[1], -1), weights  # (S, S_kv)
 
@@ -77,14 +91,16 @@ def _query_projection(layer: nn.Module) -> tuple[nn.Module, int]:
     """The module that makes the queries, and how many of its output features are queries."""
     if isinstance(getattr(layer, "Wq", None), nn.Linear):
         return layer.Wq, layer.Wq.out_features
-    if isinstance(getattr(layer, "Wqkv", None), nn.Linear):
-        return layer.Wqkv, layer.Wqkv.out_features // 3  # laid out [q | k | v]
+    if isinstance(getattr(layer, "Wqkv", None), nn.Linear):  # laid out [q | k | v], q first: NH·HS columns
+        HS = getattr(layer, "head_size", None)  # k and v may be narrower than q (NKV < NH key/value heads, notebook 08)
+        return layer.Wqkv, getattr(layer, "num_heads", 1) * HS if HS else layer.Wqkv.out_features // 3
     raise TypeError(f"temperature needs a layer with a Wq or Wqkv projection, got {type(layer).__name__}")
 
 
 @contextlib.contextmanager
 def score_temperature(layer: nn.Module, T: float) -> Iterator[nn.Module]:
-    """Within the block, `layer`'s scores are divided by T (its queries are): softmax(q·k / (T √HS))."""
+    """Within the block, `layer`'s scores are divided by T (its queries are, and ALiBi's slopes, whose bias is part of
+    the score): softmax((q·k / √HS + bias) / T)."""
     if not T > 0:
         raise ValueError(f"temperature must be > 0, got {T}")
     if T == 1:
@@ -93,10 +109,15 @@ def score_temperature(layer: nn.Module, T: float) -> Iterator[nn.Module]:
     projection, n = _query_projection(layer)
     hook = projection.register_forward_hook(  # out: (B, S, out_features), the first n of them the queries
         lambda module, args, out: torch.cat([out[..., :n] / T, out[..., n:]], -1))
+    slopes = getattr(layer, "slopes", None)  # (NH,) for a layer with ALiBi: its bias is -slope·(i - j)
+    if slopes is not None:
+        layer.slopes = slopes / T
     try:
         yield layer
     finally:
         hook.remove()
+        if slopes is not None:
+            layer.slopes = slopes
 
 
 def word_vectors(words: Sequence[str], hidden_size: int, seed: int = 0) -> Tensor:
@@ -123,11 +144,18 @@ class AttentionView:
     head: int = 0
     temperature: float = 1.0
     layer: int = 0  # which layer of a stack (a model's layers)
+    bias: Tensor | None = None  # (NH, S, S_kv): what the layer adds to each head's scores (ALiBi), before T
+    groups: int = 1  # G: query heads per key/value head; head h reads key/value head h // G
 
     @property
     def head_weights(self) -> Tensor:
         """The selected head's weights, (S, S_kv)."""
         return self.weights[self.head]
+
+    def head_name(self, head: int | None = None) -> str:
+        """'head h' (default: the selected head), with the key/value head it reads when heads share them."""
+        h = self.head if head is None else head
+        return f"head {h}" + f" → key/value head {h // self.groups}" * (self.groups > 1)
 
     def plot(self):
         """This view as a static picture (see `plot_view`)."""
@@ -182,9 +210,65 @@ def attention_view(layer: nn.Module, kind: str, tokens: Sequence[str] | str, *, 
     with torch.no_grad(), score_temperature(layer, temperature):
         mask, weights = _step(f"running the {kind} layer", KINDS[kind].run, layer, x[None],
                               None if context is None else context[None], real[None].to(x.device))
+    own = None if cross else layer_mask(layer, len(query_tokens), mask.device)  # (S, S): what it hides by itself
+    mask = (mask if own is None else mask & own).detach().cpu().clone()  # (S, S_kv): all the layer really hid
     weights = weights[0].detach().cpu()  # (NH, S, S_kv), or (S, S_kv) for one head
     weights = weights[None] if weights.ndim == 2 else weights  # (NH, S, S_kv)
     if not 0 <= head < weights.shape[0]:
         raise ValueError(f"head must lie in [0, NH={weights.shape[0]}), got {head}")
-    return AttentionView(kind, query_tokens, key_tokens, mask.detach().cpu().clone(), weights, head, float(temperature),
-                         layer_index)
+    bias = None if cross else layer_bias(layer, len(query_tokens))  # (NH, S, S) or None
+    return AttentionView(kind, query_tokens, key_tokens, mask, weights, head, float(temperature), layer_index, bias,
+                         layer_groups(layer))
+
+
+def layer_bias(layer: nn.Module, S: int) -> Tensor | None:
+    """(NH, S, S): what a layer adds to its scores, ALiBi's -m_h·(i - j) from its `slopes` (notebook 08); else None."""
+    slopes = getattr(layer, "slopes", None)  # (NH,) on a layer built with alibi=True
+    if slopes is None:
+        return None
+    i = torch.arange(S, dtype=torch.float32)
+    return -slopes.detach().float().cpu()[:, None, None] * (i[:, None] - i[None, :]) + 0.0  # (NH, S, S); + 0: no "-0"
+
+
+def layer_groups(layer: nn.Module) -> int:
+    """G: how many query heads share each key/value head (NH // NKV, notebook 08); 1 when none share."""
+    return layer.num_heads // layer.num_kv_heads if hasattr(layer, "num_kv_heads") else 1
+
+# %% ../../notebooks/08_variants.ipynb #e48ae6b9
+DEFAULT_WINDOW = 3  # the "sliding window" kind's W for a layer without a window of its own
+
+
+def run_sliding_window(layer: nn.Module, x: Tensor, context: Tensor | None, keys: Tensor) -> tuple[Tensor, Tensor]:
+    """Query i may attend to the real keys i - W + 1 .. i: W the layer's own window, else DEFAULT_WINDOW (in the mask)."""
+    from attention_lib.variants import sliding_window_mask  # the packaged function: this cell joins attention_lib.viz
+
+    band = sliding_window_mask(x.shape[1], window=getattr(layer, "window", None) or DEFAULT_WINDOW, device=x.device)
+    mask = keys[:, None, :] & band  # (1, S, S): the padding row AND the band
+    _, weights = layer(x, mask=mask, return_weights=True)  # (1, [NH,] S, S)
+    return mask[0], weights  # (S, S)
+
+
+def run_alibi(layer: nn.Module, x: Tensor, context: Tensor | None, keys: Tensor) -> tuple[Tensor, Tensor]:
+    """Causal attention of a layer that adds ALiBi's bias to its scores (the picture shows it beside the weights)."""
+    if getattr(layer, "slopes", None) is None:  # (NH,) on a layer built with alibi=True
+        raise ValueError(f"ALiBi needs a layer that adds it, e.g. GroupedQueryAttention(..., alibi=True), got a "
+                         f"{type(layer).__name__} without it")
+    return run_causal(layer, x, context, keys)
+
+
+def variant_layer(hidden_size: int, num_heads: int, max_len: int, **options) -> nn.Module:
+    """A GroupedQueryAttention with biases, like the series' other layers; `options` as its own (NKV = NH by default)."""
+    from attention_lib.variants import GroupedQueryAttention
+
+    NKV = options.pop("num_kv_heads", num_heads)
+    return GroupedQueryAttention(hidden_size, num_heads, NKV, context_size=max_len, bias=True, **options)
+
+
+def fewer_kv_heads(num_heads: int) -> int:
+    """The most key/value heads that still share: the largest divisor of NH below NH (NH / 2 for an even NH), or 1."""
+    return max([d for d in range(1, num_heads) if num_heads % d == 0], default=1)
+
+
+register_kind("sliding window", run_sliding_window, layer=lambda C, NH, T: variant_layer(C, NH, T, window=DEFAULT_WINDOW))
+register_kind("ALiBi", run_alibi, layer=lambda C, NH, T: variant_layer(C, NH, T, alibi=True))
+register_kind("grouped-query", run_causal, layer=lambda C, NH, T: variant_layer(C, NH, T, num_kv_heads=fewer_kv_heads(NH)))
