@@ -12,24 +12,30 @@ from .checks import check_size
 from .functional import check_attention_mask, register_attention_impl
 
 # %% auto #0
-__all__ = ['online_softmax_update', 'tile_mask', 'tiled_forward', 'tiled_backward', 'TiledAttention', 'tiled_attention']
+__all__ = ['online_softmax_update', 'accumulation_dtype', 'tile_mask', 'tiled_forward', 'tiled_backward', 'TiledAttention',
+           'tiled_attention']
 
 # %% ../notebooks/07_efficient.ipynb #5a8173f7
-def online_softmax_update(m: Tensor, l: Tensor, acc: Tensor, s: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def online_softmax_update(m: Tensor, l: Tensor, acc: Tensor, z: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Fold one block of scores into the running softmax of a block of queries (在线 softmax).
 
     m, l: (..., Bq) running maximum and running sum of exp(score - m); acc: (..., Bq, HS) running
-    sum of exp(score - m) * value. s: (..., Bq, Bk) the new scores (-inf where hidden; overwritten),
+    sum of exp(score - m) * value. z: (..., Bq, Bk) the new scores (-inf where hidden; overwritten),
     v: (..., Bk, HS) their values. Returns the new (m, l, acc). A row that has seen no visible key keeps
     m = -inf, l = 0, acc = 0.
     """
-    m_new = torch.maximum(m, s.amax(dim=-1))  # (..., Bq)
+    m_new = torch.maximum(m, z.amax(dim=-1))  # (..., Bq)
     m_safe = m_new.masked_fill(m_new == -math.inf, 0.0)  # (..., Bq): no visible key yet, avoid -inf - (-inf)
     alpha = torch.exp(m - m_safe)  # (..., Bq): how much the old state shrinks, 0 when it was empty
-    p = s.sub_(m_safe[..., None]).exp_()  # (..., Bq, Bk): exp(s - m_new), in place: no second tile
+    p = z.sub_(m_safe[..., None]).exp_()  # (..., Bq, Bk): exp(z - m_new), in place: no second tile
     l = alpha * l + p.sum(dim=-1)  # (..., Bq)
     acc = alpha[..., None] * acc + p @ v  # (..., Bq, HS)
     return m_new, l, acc
+
+# %% ../notebooks/07_efficient.ipynb #882c0327
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the tiled path computes in: float32 for inputs of fewer bits (float16, bfloat16), else their own."""
+    return torch.float32 if torch.finfo(dtype).bits < 32 else dtype
 
 # %% ../notebooks/07_efficient.ipynb #cc58bf71
 def tile_mask(
@@ -58,30 +64,34 @@ def tiled_forward(
 ) -> tuple[Tensor, Tensor]:
     """Attention tile by tile with the online softmax; returns (out (..., S, HS_v), lse (..., S)).
 
+    Internal: checks nothing (`tiled_attention` checks its inputs and gives the mask the scores' rank).
     q: (..., S, HS), k: (..., S_kv, HS), v: (..., S_kv, HS_v), the same leading sizes; mask: None or bool
-    with the scores' rank. Only one (..., block_size, block_size) tile of scores exists at a time.
-    lse is the log-sum-exp of each row's visible scores, +inf for a row with no visible key (output 0).
+    with the scores' rank. Only one (..., block_size, block_size) tile of scores exists at a time. Computes in
+    `accumulation_dtype(q.dtype)`: out has q's dtype, lse the accumulation dtype. lse is the log-sum-exp of each
+    row's visible scores, +inf for a row with no visible key (output 0).
     """
     S, S_kv = q.size(-2), k.size(-2)
+    acc_dtype = accumulation_dtype(q.dtype)  # float32 for float16 and bfloat16 inputs
     offset = S_kv - S if is_causal else None  # query i sees keys j <= i + offset
     out = q.new_empty(*q.shape[:-1], v.size(-1))  # (..., S, HS_v)
-    lse = q.new_empty(q.shape[:-1])  # (..., S)
+    lse = q.new_empty(q.shape[:-1], dtype=acc_dtype)  # (..., S)
     for i0 in range(0, S, block_size):
         i1 = min(i0 + block_size, S)
-        qi = q[..., i0:i1, :] / math.sqrt(q.size(-1))  # (..., Bq, HS)
+        qi = q[..., i0:i1, :].to(acc_dtype) / math.sqrt(q.size(-1))  # (..., Bq, HS)
         m = qi.new_full(qi.shape[:-1], -math.inf)  # (..., Bq)
         l = qi.new_zeros(qi.shape[:-1])  # (..., Bq)
         acc = qi.new_zeros(*qi.shape[:-1], v.size(-1))  # (..., Bq, HS_v)
-        kv_end = S_kv if offset is None else max(0, min(S_kv, i1 + offset))  # later key blocks: all future
+        # key blocks from kv_end on lie entirely in the future of every query of this block: never visited
+        kv_end = S_kv if offset is None else max(0, min(S_kv, i1 + offset))
         for j0 in range(0, kv_end, block_size):
             j1 = min(j0 + block_size, S_kv)
-            s = qi @ k[..., j0:j1, :].transpose(-2, -1)  # (..., Bq, Bk)
+            z = qi @ k[..., j0:j1, :].to(acc_dtype).transpose(-2, -1)  # (..., Bq, Bk)
             tile = tile_mask(mask, offset, i0, i1, j0, j1, q.device)  # (..., Bq, Bk) or None
             if tile is not None:
-                s = s.masked_fill_(~tile, -math.inf)  # (..., Bq, Bk)
-            m, l, acc = online_softmax_update(m, l, acc, s, v[..., j0:j1, :])
+                z = z.masked_fill_(~tile, -math.inf)  # (..., Bq, Bk)
+            m, l, acc = online_softmax_update(m, l, acc, z, v[..., j0:j1, :].to(acc_dtype))
         seen = l > 0  # (..., Bq): rows with at least one visible key
-        out[..., i0:i1, :] = torch.where(seen[..., None], acc / l[..., None], 0.0)  # (..., Bq, HS_v)
+        out[..., i0:i1, :] = torch.where(seen[..., None], acc / l[..., None], 0.0)  # (..., Bq, HS_v), in q's dtype
         lse[..., i0:i1] = torch.where(seen, m + torch.log(l), math.inf)  # (..., Bq)
     return out, lse
 
@@ -92,32 +102,37 @@ def tiled_backward(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients (dq, dk, dv) of tiled attention, recomputing each tile's weights from lse (重计算).
 
-    Shapes as in `tiled_forward`; out and lse are its results, grad_out (..., S, HS_v) the upstream gradient.
+    Internal: checks nothing (`tiled_attention` does). Shapes as in `tiled_forward`; out and lse are its results,
+    grad_out (..., S, HS_v) the upstream gradient. Computes in `accumulation_dtype(q.dtype)`; returns q's dtype.
     """
     S, S_kv = q.size(-2), k.size(-2)
-    scale = 1 / math.sqrt(q.size(-1))
+    acc_dtype, scale = accumulation_dtype(q.dtype), 1 / math.sqrt(q.size(-1))
     offset = S_kv - S if is_causal else None  # query i sees keys j <= i + offset
-    D = (grad_out * out).sum(dim=-1)  # (..., S): dO_i · O_i = sum_j P_ij dP_ij
-    dq, dk, dv = q.new_zeros(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # like q, k, v
+    D = (grad_out.to(acc_dtype) * out.to(acc_dtype)).sum(dim=-1)  # (..., S): dO_i · O_i = sum_j P_ij dP_ij
+    dq = q.new_zeros(q.shape, dtype=acc_dtype)  # (..., S, HS): every key block adds to it
+    dk, dv = k.new_empty(k.shape), v.new_empty(v.shape)  # like k and v
     for j0 in range(0, S_kv, block_size):
         j1 = min(j0 + block_size, S_kv)
-        kj, vj = k[..., j0:j1, :], v[..., j0:j1, :]  # (..., Bk, HS), (..., Bk, HS_v)
-        dkj, dvj = kj.new_zeros(kj.shape), vj.new_zeros(vj.shape)  # (..., Bk, HS), (..., Bk, HS_v)
-        first = 0 if offset is None else max(0, j0 - offset) // block_size * block_size  # earlier: all future
+        kj, vj = k[..., j0:j1, :].to(acc_dtype), v[..., j0:j1, :].to(acc_dtype)  # (..., Bk, HS), (..., Bk, HS_v)
+        dkj, dvj = torch.zeros_like(kj), torch.zeros_like(vj)  # (..., Bk, HS), (..., Bk, HS_v)
+        # query j0 - offset is the first to see key j0: the query blocks before its own see no key of this block
+        first = 0 if offset is None else max(0, j0 - offset) // block_size * block_size
         for i0 in range(first, S, block_size):
             i1 = min(i0 + block_size, S)
-            qi, doi = q[..., i0:i1, :], grad_out[..., i0:i1, :]  # (..., Bq, HS), (..., Bq, HS_v)
-            s = (qi * scale) @ kj.transpose(-2, -1)  # (..., Bq, Bk)
+            qi = q[..., i0:i1, :].to(acc_dtype)  # (..., Bq, HS)
+            doi = grad_out[..., i0:i1, :].to(acc_dtype)  # (..., Bq, HS_v)
+            z = (qi * scale) @ kj.transpose(-2, -1)  # (..., Bq, Bk)
             tile = tile_mask(mask, offset, i0, i1, j0, j1, q.device)  # (..., Bq, Bk) or None
             if tile is not None:
-                s = s.masked_fill_(~tile, -math.inf)  # (..., Bq, Bk)
-            p = s.sub_(lse[..., i0:i1, None]).exp_()  # (..., Bq, Bk): the weights, recomputed in place
+                z = z.masked_fill_(~tile, -math.inf)  # (..., Bq, Bk)
+            p = z.sub_(lse[..., i0:i1, None]).exp_()  # (..., Bq, Bk): the weights, recomputed in place
             dvj += p.transpose(-2, -1) @ doi  # (..., Bk, HS_v)
-            ds = (doi @ vj.transpose(-2, -1)).sub_(D[..., i0:i1, None]).mul_(p).mul_(scale)  # (..., Bq, Bk)
-            dq[..., i0:i1, :] += ds @ kj  # (..., Bq, HS)
-            dkj += ds.transpose(-2, -1) @ qi  # (..., Bk, HS)
-        dk[..., j0:j1, :], dv[..., j0:j1, :] = dkj, dvj
-    return dq, dk, dv
+            # dZ = P (dP - D), times 1/√HS here, once, so that dq and dk below need no scaling
+            dz = (doi @ vj.transpose(-2, -1)).sub_(D[..., i0:i1, None]).mul_(p).mul_(scale)  # (..., Bq, Bk)
+            dq[..., i0:i1, :] += dz @ kj  # (..., Bq, HS)
+            dkj += dz.transpose(-2, -1) @ qi  # (..., Bk, HS)
+        dk[..., j0:j1, :], dv[..., j0:j1, :] = dkj, dvj  # rounded to the dtype of k and v
+    return dq.to(q.dtype), dk, dv
 
 # %% ../notebooks/07_efficient.ipynb #0408936c
 class TiledAttention(torch.autograd.Function):
@@ -208,8 +223,10 @@ def _tiled_impl(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dropout_p:
     """
     if dropout_p > 0:
         raise ValueError(
-            f"attn_impl='tiled' has no attention dropout, got dropout_p={dropout_p}: set attn_drop=0, call "
-            "layer.eval(), or train with attn_impl='sdpa' or 'explicit'"
+            f"attn_impl='tiled' has no attention dropout, got dropout_p={dropout_p}: set attn_drop=0 or call "
+            "layer.eval(); to train with attention dropout use attn_impl='sdpa' (on a CUDA GPU its flash and "
+            "memory-efficient kernels apply dropout without storing the weights; on a CPU it stores them) "
+            "or 'explicit'"
         )
     return tiled_attention(q, k, v, mask, is_causal), None  # (..., S, HS), no weights
 

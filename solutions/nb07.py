@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 # --- 07.1: merge the running softmax statistics of two blocks ------------------------------------------------------
@@ -27,56 +29,91 @@ def merge_wrong_max(m1, l1, m2, l2):
     return m, l1 + l2
 
 
-# --- 07.2: the key blocks of a causal query block ------------------------------------------------------------------
+# --- 07.2: the key blocks of a sliding-window query block ----------------------------------------------------------
 
 
-def key_blocks(i0, i1, S, S_kv, block_size):
-    kv_end = min(S_kv, i1 + S_kv - S)  # keys 0..kv_end - 1 are seen by some query of the block
-    return list(range(0, max(kv_end, 0), block_size))
+def window_key_blocks(i0, i1, S, S_kv, block_size, window):
+    oldest = i0 + S_kv - S - window + 1  # the oldest key the first query of the block sees
+    newest = i1 - 1 + S_kv - S  # the newest key the last query of the block sees
+    lo, hi = max(oldest, 0), min(newest, S_kv - 1)
+    if lo > hi:  # the block sees no key at all (S > S_kv: queries before the first key)
+        return []
+    return list(range(lo // block_size * block_size, hi + 1, block_size))
 
 
-def key_blocks_top_left(i0, i1, S, S_kv, block_size):
-    return list(range(0, min(S_kv, i1), block_size))  # forgets that the queries are the last S positions
+def window_key_blocks_causal_only(i0, i1, S, S_kv, block_size, window):
+    return list(range(0, max(0, min(S_kv, i1 + S_kv - S)), block_size))  # no window: every block from the start
 
 
-def key_blocks_all(i0, i1, S, S_kv, block_size):
-    return list(range(0, S_kv, block_size))  # no skipping
+def window_key_blocks_last_query(i0, i1, S, S_kv, block_size, window):
+    oldest = i1 - 1 + S_kv - S - window + 1  # the window of the LAST query: misses what the first one sees
+    newest = i1 - 1 + S_kv - S
+    lo, hi = max(oldest, 0), min(newest, S_kv - 1)
+    return [] if lo > hi else list(range(lo // block_size * block_size, hi + 1, block_size))
 
 
-def key_blocks_first_query(i0, i1, S, S_kv, block_size):
-    return list(range(0, max(0, min(S_kv, i0 + 1 + S_kv - S)), block_size))  # what the FIRST query sees
+def window_key_blocks_one_too_many(i0, i1, S, S_kv, block_size, window):
+    oldest = i0 + S_kv - S - window  # p - window <= j: one key too many
+    newest = i1 - 1 + S_kv - S
+    lo, hi = max(oldest, 0), min(newest, S_kv - 1)
+    return [] if lo > hi else list(range(lo // block_size * block_size, hi + 1, block_size))
 
 
-# --- 07.3: the backward of the softmax -----------------------------------------------------------------------------
+def window_key_blocks_top_left(i0, i1, S, S_kv, block_size, window):
+    return window_key_blocks(i0, i1, S_kv, S_kv, block_size, window)  # query i at position i
 
 
-def softmax_backward(p, dp):
-    return p * (dp - (p * dp).sum(dim=-1, keepdim=True))
+# --- 07.3: split-KV decoding: combine two ranges of keys -----------------------------------------------------------
 
 
-def softmax_backward_without_d(p, dp):
-    return p * dp
+def combine(out1, lse1, out2, lse2):
+    a = lse1.masked_fill(lse1 == math.inf, -math.inf)  # (..., S): a range that sees nothing weighs nothing
+    b = lse2.masked_fill(lse2 == math.inf, -math.inf)  # (..., S)
+    lse = torch.logaddexp(a, b)  # (..., S): log(e^lse1 + e^lse2)
+    seen = lse > -math.inf  # (..., S)
+    safe = torch.where(seen, lse, 0.0)  # (..., S)
+    out = torch.exp(a - safe)[..., None] * out1 + torch.exp(b - safe)[..., None] * out2  # (..., S, HS)
+    return torch.where(seen[..., None], out, 0.0), torch.where(seen, lse, math.inf)  # (..., S, HS), (..., S)
 
 
-def softmax_backward_wrong_axis(p, dp):
-    return p * (dp - (p * dp).sum(dim=0, keepdim=True))
+def combine_average(out1, lse1, out2, lse2):
+    return (out1 + out2) / 2, torch.maximum(lse1, lse2)
 
 
-SOLUTIONS = {"check_07_1": merge, "check_07_2": key_blocks, "check_07_3": softmax_backward}
+def combine_with_nan(out1, lse1, out2, lse2):
+    lse = torch.logaddexp(lse1, lse2)  # +inf for a range that sees nothing: +inf - (+inf) below
+    return torch.exp(lse1 - lse)[..., None] * out1 + torch.exp(lse2 - lse)[..., None] * out2, lse
+
+
+def combine_blind_minus_inf(out1, lse1, out2, lse2):
+    out, lse = combine(out1, lse1, out2, lse2)
+    return out, lse.masked_fill(lse == math.inf, -math.inf)  # torch.logsumexp's convention, not tiled_forward's
+
+
+def combine_wrong_lse(out1, lse1, out2, lse2):
+    out, lse = combine(out1, lse1, out2, lse2)
+    a, b = (t.masked_fill(t == math.inf, -math.inf) for t in (lse1, lse2))
+    return out, torch.where(lse == math.inf, lse, torch.maximum(a, b))  # the larger lse, not the log of the sum
+
+
+SOLUTIONS = {"check_07_1": merge, "check_07_2": window_key_blocks, "check_07_3": combine}
 
 WRONG = {
     "check_07_1": [
-        (merge_without_rescaling, "rescale l1 by exp(m1 - m)"),
+        (merge_without_rescaling, "measure both against the merged maximum"),
         (merge_with_nan, "gives NaN"),
         (merge_wrong_max, "larger of m1 and m2"),
     ],
     "check_07_2": [
-        (key_blocks_top_left, "the queries are the LAST S"),
-        (key_blocks_all, "entirely in the future"),
-        (key_blocks_first_query, "the LAST query of the block"),
+        (window_key_blocks_causal_only, "entirely before the window"),
+        (window_key_blocks_last_query, "every query of the block counts"),
+        (window_key_blocks_one_too_many, "its own position included"),
+        (window_key_blocks_top_left, "the queries are the LAST S"),
     ],
     "check_07_3": [
-        (softmax_backward_without_d, "subtract D_i"),
-        (softmax_backward_wrong_axis, "sum over the keys of each row"),
+        (combine_average, "share of the total sum"),
+        (combine_with_nan, "NaN appears"),
+        (combine_blind_minus_inf, "lse = +inf"),
+        (combine_wrong_lse, "the sum over both"),
     ],
 }
