@@ -117,6 +117,7 @@ def attend_with_bias(
         raise ValueError(f"an additive bias runs on attn_impl 'sdpa' or 'explicit', got {attn_impl!r}")
     if not isinstance(bias, Tensor) or not bias.is_floating_point():
         raise TypeError(f"bias must be a floating-point tensor, got {getattr(bias, 'dtype', type(bias).__name__)}")
+    bias = bias.to(q.dtype)  # both paths in q's dtype: a float32 ALiBi bias would promote bf16 scores, then fail on v
     mask = check_attention_mask(mask, q, k.size(-2))  # bool on q's device, 2-D = padding, as in `attend`
     if is_causal:
         causal = causal_mask(q.size(-2), k.size(-2), device=q.device)  # (1, S, S_kv)
@@ -130,7 +131,7 @@ def attend_with_bias(
         context = F.dropout(weights, p=dropout_p) @ v if dropout_p > 0 else weights @ v  # (..., S, HS)
     else:
         weights = None
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p)  # (..., S, HS)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p)  # (..., S, HS)
     if mask is not None:
         context = context.masked_fill(~has_key, 0.0)  # (..., S, HS): zero for a query that sees nothing
     return context, weights
@@ -151,46 +152,57 @@ def sliding_window_mask(
     return ((j <= i) & (j > i - window))[None]  # (1, S, S_kv)
 
 # %% ../notebooks/08_variants.ipynb #0ca370a2
-class SlidingWindowCache(KVCache):
-    """A `KVCache` for sliding-window attention that keeps only the last `window` tokens (滚动缓存).
+class SlidingWindowCache:
+    """The keys and values of the last `window` tokens, for sliding-window attention (滚动缓存).
 
-    Storage: (B, NKV, window, HS) for the keys and the same for the values, allocated once: the memory stops
-    growing at `window` tokens. `append(k, v)` returns the keys and values the new queries can see (the last
-    window - 1 kept tokens followed by the S_new new ones) and keeps the last `window` of them, oldest first.
-    `len(cache)` is the number of tokens kept (at most `window`), `cache.seen` the number appended since the start
-    or the last `reset()`. Same rules as `KVCache` otherwise: inference only, one batch, the layer's dtype.
+    They live in a `KVCache` of `window` tokens, (B, NKV, window, HS) for the keys and the same for the values,
+    allocated once: the memory stops growing at `window` tokens. The cache holds that KVCache rather than being one,
+    so that a layer that needs every earlier token (notebook 04's `CausalAttention.decode`) refuses it. `append(k, v)`
+    returns the keys and values the new queries can see (the last window - 1 kept tokens, then the S_new new ones)
+    and keeps the last `window` of them, oldest first. `len(cache)` is the number of tokens kept (at most `window`),
+    `cache.seen` the number appended since the start or the last `reset()`. Otherwise as a `KVCache`: inference only,
+    one batch, the layer's dtype.
     """
 
-    def __init__(
-        self,
-        batch_size: int,
-        num_heads: int,
-        head_size: int,
-        window: int,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str | None = None,
-    ):
-        window = check_size("window", window)
-        super().__init__(batch_size, num_heads, head_size, max_length=window, dtype=dtype, device=device)
-        self.window = window  # W
+    def __init__(self, batch_size: int, num_heads: int, head_size: int, window: int,
+                 dtype: torch.dtype = torch.float32, device: torch.device | str | None = None):
+        self.window = check_size("window", window)  # W
+        self._kept = KVCache(batch_size, num_heads, head_size, self.window, dtype, device)  # room for W tokens
+        self.batch_size, self.num_heads, self.head_size = self._kept.batch_size, self._kept.num_heads, self._kept.head_size
         self.seen = 0  # tokens appended so far (S_total), kept or forgotten
 
-    def __repr__(self) -> str:
-        return (
-            f"SlidingWindowCache(batch_size={self.batch_size}, num_heads={self.num_heads}, "
-            f"head_size={self.head_size}, length={len(self)}, window={self.window}, seen={self.seen})"
-        )
+    def __len__(self) -> int:
+        """The number of tokens kept, at most `window`."""
+        return len(self._kept)
+
+    @property
+    def keys(self) -> Tensor:
+        """The kept keys, oldest first, (B, NKV, len(self), HS): a view of the storage."""
+        return self._kept.keys
+
+    @property
+    def values(self) -> Tensor:
+        """The kept values, oldest first, (B, NKV, len(self), HS): a view of the storage."""
+        return self._kept.values
 
     def check_room(self, batch: int, new: int) -> None:
         """Raise `ValueError` unless the batch size is the cache's; there is always room (the oldest go)."""
-        super().check_room(batch, 0)
-
-    def reset(self) -> None:
-        """Forget every token; the storage is kept."""
-        super().reset()
-        self.seen = 0
+        self._kept.check_room(batch, 0)
 
 # %% ../notebooks/08_variants.ipynb #054f09b0
+@patch
+def reset(self: SlidingWindowCache) -> None:
+    """Forget every token; the storage is kept."""
+    self._kept.reset()
+    self.seen = 0
+
+
+@patch
+def __repr__(self: SlidingWindowCache) -> str:
+    return (f"SlidingWindowCache(batch_size={self.batch_size}, num_heads={self.num_heads}, head_size={self.head_size}, "
+            f"length={len(self)}, window={self.window}, seen={self.seen})")
+
+
 @patch
 def append(self: SlidingWindowCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     """Store S_new new tokens, k and v each (B, NKV, S_new, HS), forgetting all but the last `window`.
@@ -202,18 +214,18 @@ def append(self: SlidingWindowCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tens
     for name, t in (("k", k), ("v", v)):
         if t.ndim != 4 or (t.shape[1], t.shape[3]) != (self.num_heads, self.head_size) or t.shape != k.shape:
             raise ValueError(f"{name} must have shape {expected}, the same for k and v, got {tuple(t.shape)}")
-        if t.dtype != self._keys.dtype:
-            raise TypeError(f"{name} must have the cache's dtype {self._keys.dtype}, got {t.dtype}")
+        if t.dtype != self.keys.dtype:
+            raise TypeError(f"{name} must have the cache's dtype {self.keys.dtype}, got {t.dtype}")
     if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
         raise RuntimeError("the cache carries no gradients: decode under torch.no_grad() or torch.inference_mode()")
     self.check_room(k.shape[0], k.shape[2])
     past = min(len(self), self.window - 1)  # the kept tokens a new query can still see
-    keys = torch.cat([self.keys[:, :, len(self) - past :], k], dim=2)  # (B, NKV, past + S_new, HS)
+    keys = torch.cat([self.keys[:, :, len(self) - past :], k], dim=2)  # (B, NKV, past + S_new, HS), a new tensor
     values = torch.cat([self.values[:, :, len(self) - past :], v], dim=2)  # (B, NKV, past + S_new, HS)
     keep = min(keys.shape[2], self.window)  # what stays: the last `window` tokens
-    self._keys[:, :, :keep] = keys[:, :, -keep:]  # (B, NKV, keep, HS), in place, oldest first
-    self._values[:, :, :keep] = values[:, :, -keep:]  # (B, NKV, keep, HS)
-    self._length, self.seen = keep, self.seen + k.shape[2]
+    self._kept.reset()
+    self._kept.append(keys[:, :, -keep:], values[:, :, -keep:])  # (B, NKV, keep, HS) each, in place, oldest first
+    self.seen += k.shape[2]
     return keys, values
 
 # %% ../notebooks/08_variants.ipynb #bbc37cad
@@ -275,9 +287,12 @@ class GroupedQueryAttention(AttentionBase):
 
 # %% ../notebooks/08_variants.ipynb #358065a5
 def padding_positions(mask: Tensor) -> Tensor:
-    """Positions (B, S) for a (B, S) padding mask (True = real token): 0, 1, 2, ... from each sequence's first
-    real token; padding gets 0 (it is masked anyway). What Hugging Face's generation passes as `position_ids`."""
-    return (mask.long().cumsum(dim=-1) - 1).clamp(min=0)  # (B, S)
+    """Positions (B, S) for a (B, S) padding mask (True = real token): 0, 1, 2, ... over each sequence's real tokens,
+    and 0 on padding (masked anyway), with padding on the left, the right or anywhere. The `position_ids` Hugging
+    Face's generation derives from an `attention_mask` (`_prepare_position_ids_for_generation`: cumsum - 1, then 0
+    wherever the mask is 0)."""
+    positions = mask.long().cumsum(dim=-1) - 1  # (B, S): the real tokens up to each one, itself included, minus 1
+    return positions.masked_fill(mask == 0, 0)  # (B, S)
 
 
 def _check_positions(positions: Tensor | None, batch: int, seq_len: int, start: int, device: torch.device) -> Tensor:
@@ -387,7 +402,7 @@ def forward(
 
 # %% ../notebooks/08_variants.ipynb #6fe88317
 @patch
-def new_cache(self: GroupedQueryAttention, batch_size: int, max_length: int | None = None) -> KVCache:
+def new_cache(self: GroupedQueryAttention, batch_size: int, max_length: int | None = None) -> KVCache | SlidingWindowCache:
     """An empty cache for `decode` with this layer's NKV, HS, dtype and device: a `KVCache` of `max_length` tokens
     (default and upper bound: `context_size`), or a `SlidingWindowCache` of `window` tokens when the layer has a
     window shorter than that."""
@@ -401,16 +416,17 @@ def new_cache(self: GroupedQueryAttention, batch_size: int, max_length: int | No
     return KVCache(batch_size, self.num_kv_heads, self.head_size, max_length, **sizes)
 
 
-def _cached_tokens(layer: GroupedQueryAttention, cache: KVCache) -> int:
+def _cached_tokens(layer: GroupedQueryAttention, cache: KVCache | SlidingWindowCache) -> int:
     """Refuse a cache the layer cannot use; return S_cached, the number of tokens that came before the new ones."""
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache (see GroupedQueryAttention.new_cache), got {type(cache).__name__}")
+    if not isinstance(cache, KVCache | SlidingWindowCache):
+        raise TypeError(f"cache must be a KVCache or a SlidingWindowCache (see GroupedQueryAttention.new_cache), got "
+                        f"{type(cache).__name__}")
     if (cache.num_heads, cache.head_size) != (layer.num_kv_heads, layer.head_size):
         raise ValueError(
             f"cache must have (NKV, HS) = {(layer.num_kv_heads, layer.head_size)} like the layer, "
             f"got {(cache.num_heads, cache.head_size)}"
         )
-    check_like(cache._keys, layer.Wo.weight, "cache")
+    check_like(cache.keys, layer.Wo.weight, "cache")
     if not isinstance(cache, SlidingWindowCache):
         return len(cache)
     if layer.window is None or cache.window < layer.window:
@@ -425,7 +441,7 @@ def _cached_tokens(layer: GroupedQueryAttention, cache: KVCache) -> int:
 def decode(
     self: GroupedQueryAttention,
     x: Tensor,
-    cache: KVCache,
+    cache: KVCache | SlidingWindowCache,
     mask: Tensor | None = None,
     return_weights: bool = False,
     positions: Tensor | None = None,
@@ -505,7 +521,9 @@ def _hf_rope_theta(config) -> float:
 
 def hf_attention_kwargs(attn: nn.Module) -> dict:
     """The arguments of the GroupedQueryAttention that computes what the Hugging Face module `attn` computes
-    (LlamaAttention, MistralAttention, FalconAttention or BloomAttention), `context_size` excepted."""
+    (LlamaAttention, MistralAttention, FalconAttention or BloomAttention), `context_size` excepted. Dropout as each
+    module applies it: attn_drop = its dropout on the weights (Falcon with RoPE applies none, whatever its config's
+    attention_dropout), out_drop = its dropout on the output (BLOOM's hidden_dropout; the others apply none)."""
     kind = _hf_kind(attn)
     if kind in ("LlamaAttention", "MistralAttention"):
         cfg = attn.config
@@ -519,9 +537,9 @@ def hf_attention_kwargs(attn: nn.Module) -> dict:
             raise ValueError("FalconAttention with alibi=True divides its bias by √HS too: not reproduced here")
         return dict(hidden_size=attn.hidden_size, num_heads=attn.num_heads, num_kv_heads=attn.num_kv_heads,
                     bias=attn.query_key_value.bias is not None, rope_theta=_hf_rope_theta(attn.config),
-                    attn_drop=attn.config.attention_dropout)
+                    attn_drop=0.0)  # with RoPE, FalconAttention drops nothing (its attention_dropout acts with ALiBi)
     return dict(hidden_size=attn.hidden_size, num_heads=attn.num_heads, num_kv_heads=attn.num_heads, bias=True,
-                alibi=True, attn_drop=attn.attention_dropout.p)  # BloomAttention
+                alibi=True, attn_drop=attn.attention_dropout.p, out_drop=attn.hidden_dropout)  # BloomAttention
 
 # %% ../notebooks/08_variants.ipynb #cca9bece
 @torch.no_grad()
@@ -548,8 +566,9 @@ def load_hf_attention(layer: GroupedQueryAttention, attn: nn.Module) -> GroupedQ
 @patch(cls_method=True)
 def from_hf(cls: GroupedQueryAttention, attn: nn.Module, context_size: int | None = None, **kwargs) -> GroupedQueryAttention:
     """A new layer computing what the Hugging Face attention module `attn` computes: its sizes, position scheme,
-    window, dropout rate, weights, dtype, device and train/eval mode. `context_size` defaults to the config's
-    `max_position_embeddings` (BLOOM has none: pass it). Other keywords go to the constructor."""
+    window, the dropout the module itself applies (see `hf_attention_kwargs`), weights, dtype, device and train/eval
+    mode. `context_size` defaults to the config's `max_position_embeddings` (BLOOM has none: pass it). Other keywords
+    go to the constructor."""
     args = hf_attention_kwargs(attn) | kwargs
     if context_size is None:
         context_size = getattr(getattr(attn, "config", None), "max_position_embeddings", None)

@@ -12,7 +12,7 @@ def mean_pool_heads(w, num_heads, num_kv_heads):
 
 def local_window_mask(S, w):
     i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]
-    return (i - j).abs() <= w  # (S, S)
+    return (i - j).abs() <= w // 2  # (S, S): w/2 tokens on each side, and itself
 
 
 def rope_complex(x, positions, theta):
@@ -39,12 +39,17 @@ def _pool_sum(w, num_heads, num_kv_heads):
 
 def _window_causal(S, w):
     i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]
-    return (i - j >= 0) & (i - j <= w)
+    return (i - j >= 0) & (i - j <= w // 2)
+
+
+def _window_per_side(S, w):
+    i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]
+    return (i - j).abs() <= w  # w on each side: the window read as Mistral's W
 
 
 def _window_short(S, w):
     i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]
-    return (i - j).abs() < w
+    return (i - j).abs() < w // 2
 
 
 def _rope_halves(x, positions, theta):
@@ -62,6 +67,7 @@ def _rope_conjugate(x, positions, theta):
 SOLUTIONS = {"check_08_1": mean_pool_heads, "check_08_2": local_window_mask, "check_08_3": rope_complex}
 WRONG = {
     "check_08_1": [(_pool_strided, "adjacent heads"), (_pool_sum, "mean")],
-    "check_08_2": [(_window_causal, "two-sided"), (_window_short, "|i - j| <= w")],
+    "check_08_2": [(_window_causal, "two-sided"), (_window_per_side, "the whole window"),
+                   (_window_short, "|i - j| <= w / 2")],
     "check_08_3": [(_rope_halves, "neighbours (2i, 2i + 1)"), (_rope_conjugate, "e^{+i m θ_i}")],
 }

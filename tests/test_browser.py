@@ -7,10 +7,11 @@ lines, compare), the kind, the padding (keyboard on the slider) and the tokens (
 that the page shows the picture the same explorer draws in this process for the same settings (its digest), then
 hovers tokens in the lines view and checks with the browser's computed styles that only the hovered token's lines
 are visible; it switches once to a kind registered by notebook 08 (sliding window). Bad input (a 17th token) must
-leave a message and the last picture, faded. In Notebook 7 it runs the
-notebook again and drives cross attention in the lines view. Each change's latency (from the input event to the
-painted picture) goes to test-artifacts/browser-latency.json, screenshots to test-artifacts/ (a record, not a timed
-test: the benchmark is benchmarks/explorer.py).
+leave a message and the last picture, faded. In Notebook 7 it runs the notebook again and drives every view there
+too, each checked against the picture drawn in this process: the layer and the head in the single-head view, the
+compare view with head B in another layer, and cross attention in the lines (hover included) and all-heads views.
+Each change's latency (from the input event to the painted picture) goes to test-artifacts/browser-latency.json,
+screenshots to test-artifacts/ (a record, not a timed test: the benchmark is benchmarks/explorer.py).
 
 Without /usr/bin/chromium the test is skipped, unless ATTENTION_REQUIRE_BROWSER=1 (CI), which makes it fail.
 """
@@ -150,18 +151,31 @@ def in_jupyterlab(reader: Reader) -> dict:
 
 
 def in_notebook_7(reader: Reader, start: dict) -> None:
-    """The same notebook run again in Notebook 7: a fresh explorer, then cross attention in the lines view."""
+    """The same notebook run again in Notebook 7: a fresh explorer; the layer and the head in the single-head view;
+    the compare view with head B in another layer; then cross attention in the lines and all-heads views."""
     page, step = reader.page, reader.step
     fresh = wait_for_picture(page, lambda s: s["pad"] == "0" and s["kind"] == "bidirectional")
     assert fresh["digest"] == start["digest"]
-    step("kind", lambda: choose(page, "kind", "cross"), lambda s: s["kind"] == "cross", {"kind": "cross"})
+    step("layer", lambda: choose(page, "layer", "1"), lambda s: s["layer"] == "1", {"layer": 1})
+    step("head", lambda: choose(page, "head", "2"), lambda s: s["head"] == "2", {"layer": 1, "head": 2})
+    page.locator(".attn-explorer").screenshot(path=str(ARTIFACTS / "notebook7-1-weights-layer1-head2.png"))
+    base = {"layer": 1, "head": 2, "view": "compare"}
+    step("view", lambda: press(page, "view", "compare"), lambda s: s["view"] == "compare", base)
+    step("layer", lambda: choose(page, "B: layer", "2"), lambda s: s["layerB"] == "2", {**base, "layer_b": 2})
+    state = step("head", lambda: choose(page, "B: head", "3"), lambda s: s["headB"] == "3",
+                 {**base, "layer_b": 2, "head_b": 3})
+    assert (state["layer"], state["head"]) == ("1", "2")
+    page.locator(".attn-explorer").screenshot(path=str(ARTIFACTS / "notebook7-2-compare-layer1-head2-layer2-head3.png"))
+    step("view", lambda: press(page, "view", "weights"), lambda s: s["view"] == "weights",
+         {"layer": 1, "head": 2, "layer_b": 2, "head_b": 3})
+    cross = {"kind": "cross", "head": 2, "head_b": 3}  # one cross layer: both layer selectors go back to 0
+    step("kind", lambda: choose(page, "kind", "cross"), lambda s: s["kind"] == "cross", cross)
     assert control(page, "context").is_visible() and not control(page, "layer").is_visible()  # one cross layer
-    step("view", lambda: press(page, "view", "lines"), lambda s: s["view"] == "lines",
-         {"kind": "cross", "view": "lines"})
-    check_lines_hover(page, "notebook7-cross-lines")
+    step("view", lambda: press(page, "view", "lines"), lambda s: s["view"] == "lines", {**cross, "view": "lines"})
+    check_lines_hover(page, "notebook7-3-cross-lines")
     state = step("view", lambda: press(page, "view", "all heads"), lambda s: s["view"] == "all heads",
-                 {"kind": "cross", "view": "all heads"})
-    page.locator(".attn-explorer").screenshot(path=str(ARTIFACTS / "notebook7-cross-all-heads.png"))
+                 {**cross, "view": "all heads"})
+    page.locator(".attn-explorer").screenshot(path=str(ARTIFACTS / "notebook7-4-cross-all-heads.png"))
     assert state["kvLen"] == "7"
 
 

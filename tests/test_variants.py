@@ -205,7 +205,19 @@ def test_left_padding_with_padding_positions_equals_the_sequence_alone():
 def test_padding_positions():
     pad = pad_mask([4, 2, 0], 4, left=True)
     assert padding_positions(pad).tolist() == [[0, 1, 2, 3], [0, 0, 0, 1], [0, 0, 0, 0]]
-    assert padding_positions(pad_mask([3], 4, left=False)).tolist() == [[0, 1, 2, 2]]
+    assert padding_positions(pad_mask([3], 4, left=False)).tolist() == [[0, 1, 2, 0]]  # padding gets 0 on the right too
+
+
+def test_padding_positions_are_hugging_face_generations_position_ids():
+    """What `generate` derives from an attention_mask, for left, right and inner padding (right padding used to
+    give its padding the last real position, 1 in [1, 1, 0] -> [0, 1, 1], where Hugging Face writes 0)."""
+    from transformers.generation.utils import GenerationMixin
+
+    masks = [pad_mask([5, 3, 1, 0], 5, left=True), pad_mask([5, 3, 1, 0], 5, left=False),
+             torch.tensor([[True, False, True, True, False], [False, True, False, False, True]])]
+    for mask in masks:
+        hf = GenerationMixin._prepare_position_ids_for_generation(None, mask.long(), {"attention_mask": mask.long()})
+        assert torch.equal(padding_positions(mask), hf), mask
 
 
 def test_gradcheck_on_both_paths():
@@ -359,6 +371,17 @@ def test_a_failed_decode_leaves_the_cache_as_it_was(extra):
             layer.decode(x[:, 4:5], cache)
         layer.attn_impl = "sdpa"
         assert torch.equal(layer.decode(x[:, 4:6], cache), layer.decode(x[:, 4:6], clean))
+
+
+def test_a_causal_layer_refuses_a_rolling_cache():
+    """A SlidingWindowCache returns only its last keys: notebook 04's CausalAttention.decode, which lets a new query see
+    every key the cache returns, gave wrong outputs with one (it was a KVCache subclass); now it is not a KVCache."""
+    cache = SlidingWindowCache(1, 2, 4, window=3)  # NKV = 2 heads of HS = 4
+    assert not isinstance(cache, KVCache)
+    causal = CausalAttention(8, 2, context_size=16).eval()  # NH = 2 heads of HS = 4: the cache's sizes
+    with torch.no_grad(), pytest.raises(TypeError, match="cache must be a KVCache"):
+        causal.decode(torch.randn(1, 5, 8), cache)
+    assert len(cache) == 0 and cache.seen == 0
 
 
 def test_decode_refuses_caches_it_cannot_use():
@@ -548,6 +571,23 @@ def test_attend_with_bias_matches_sdpa_with_a_float_mask_and_refuses_bad_argumen
         attend_with_bias(q, k, v, bias, mask.float())
 
 
+def test_attend_with_bias_takes_a_float32_bias_with_bfloat16_queries_on_both_paths():
+    """ALiBi's bias is float32 while a layer may run in bfloat16: the explicit path promoted its scores to float32
+    and then failed on bfloat16 values; both paths now cast the bias to the queries' dtype."""
+    torch.manual_seed(13)
+    q, k, v = (torch.randn(1, 4, 5, 8, dtype=torch.bfloat16) for _ in range(3))  # (B, NH, S, HS) each
+    bias = alibi_bias(alibi_slopes(4), 5)[None]  # (1, NH, S, S), float32
+    sdpa, _ = attend_with_bias(q, k, v, bias, is_causal=True)
+    explicit, w = attend_with_bias(q, k, v, bias, is_causal=True, attn_impl="explicit")
+    assert sdpa.dtype == explicit.dtype == w.dtype == torch.bfloat16
+    reference, _ = attend_with_bias(q.float(), k.float(), v.float(), bias, is_causal=True, attn_impl="explicit")
+    assert torch.allclose(explicit.float(), reference, atol=3e-2) and torch.allclose(sdpa.float(), reference, atol=3e-2)
+    layer = GroupedQueryAttention(32, 4, 2, context_size=8, alibi=True).to(torch.bfloat16).eval()
+    layer.attn_impl = "explicit"
+    with torch.no_grad():
+        assert layer(torch.randn(1, 5, 32, dtype=torch.bfloat16)).dtype == torch.bfloat16
+
+
 def test_sliding_window_mask():
     i, j = torch.arange(7)[:, None], torch.arange(7)[None, :]
     for W in (1, 3, 7, 20):
@@ -726,6 +766,33 @@ def test_matches_bloom_attention(num_heads, padding):
     ours = GroupedQueryAttention.from_hf(bloom, context_size=16)
     assert ours.alibi and ours.Wqkv.bias is not None
     assert_parity(ours, hf_out, x, pad)
+
+
+def test_from_hf_copies_the_dropout_each_module_applies():
+    """Falcon with RoPE applies no dropout in its attention module whatever its attention_dropout (Hugging Face's
+    comment: 'It is unclear why dropout is not applied here'); BLOOM drops its output with hidden_dropout."""
+    from transformers import BloomConfig, FalconConfig
+    from transformers.models.bloom.modeling_bloom import BloomAttention
+    from transformers.models.falcon.modeling_falcon import FalconAttention, FalconRotaryEmbedding
+
+    cfg = FalconConfig(hidden_size=48, num_attention_heads=6, multi_query=True, new_decoder_architecture=False,
+                       alibi=False, bias=False, rope_theta=100.0, max_position_embeddings=16, num_hidden_layers=1,
+                       vocab_size=10, bos_token_id=0, eos_token_id=0, attention_dropout=0.5)
+    cfg._attn_implementation = "eager"
+    falcon = randomize(FalconAttention(cfg, layer_idx=0)).train()
+    ours = GroupedQueryAttention.from_hf(falcon)
+    assert ours.training and ours.attn_drop == 0.0 and ours.out_drop.p == 0.0
+    x, pad = batch(None)
+    positions = padding_positions(pad)
+    with torch.no_grad():  # in training mode both are still deterministic, and equal
+        mask4d = create_causal_mask(config=cfg, inputs_embeds=x, attention_mask=pad, cache=None, position_ids=positions)
+        hf_out, _ = falcon(x, alibi=None, attention_mask=mask4d, position_ids=positions,
+                           position_embeddings=FalconRotaryEmbedding(cfg)(x, positions))
+        assert torch.allclose(ours(x, pad, positions=positions), hf_out, atol=1e-5)
+    bloom_cfg = BloomConfig(hidden_size=48, n_head=6, n_layer=1, vocab_size=10, attention_dropout=0.2,
+                            hidden_dropout=0.3)
+    bloom = GroupedQueryAttention.from_hf(BloomAttention(bloom_cfg, layer_idx=0), context_size=8)
+    assert bloom.attn_drop == 0.2 and bloom.out_drop.p == 0.3
 
 
 def test_from_hf_keeps_dtype_mode_and_dropout():

@@ -145,6 +145,34 @@ def test_a_2d_mask_is_a_padding_mask_even_when_B_equals_S():
     assert torch.equal(mask_table(causal_mask(3), batch=2), causal_mask(3)[0])  # (1, S, S) broadcasts over B
 
 
+REFUSED = r"a 2-D mask is a \(B, S_kv\) padding mask; for one \(S, S_kv\) table pass mask\[None\]"
+
+
+def test_a_square_table_passed_as_a_2d_mask_is_refused_never_drawn_as_padding_rows():
+    """A 2-D mask is a (B, S_kv) padding mask: an (S, S) triangle given as 2-D used to be drawn as its row 0 (one key
+    visible) for every query; now the plots refuse it and say how to pass one table, unless its rows can be
+    sequences: 1 row, one per sequence of the weights, or an explicit batch= for plot_mask."""
+    S = 4
+    triangle, weights = causal_mask(S)[0], torch.rand(S, S).softmax(-1)  # (S, S), (S, S_kv)
+    for draw in (lambda: plot_mask(triangle), lambda: plot_mask(triangle, "a b c d", "a b c d"),
+                 lambda: plot_weights(weights, mask=triangle), lambda: plot_weights(weights, mask=triangle, batch=1),
+                 lambda: plot_weights(torch.rand(2, 2, S, S), mask=padding_mask([4, 3, 2])),  # 3 rows, batch of 2
+                 lambda: plot_heads(weights[None, None], mask=triangle),
+                 lambda: plot_cross_attention(weights[None, None], "a b c d", "w x y z", head=0, mask=triangle)):
+        with pytest.raises(ValueError, match=REFUSED):
+            draw()
+    assert not plt.get_fignums()  # refused before any figure is made
+    drawn = plot_mask(triangle[None], "a b c d", "a b c d").images[0].get_array()  # (1, S, S): the triangle itself
+    assert (drawn == triangle.numpy()).all()
+    assert (plot_mask(triangle, batch=2).images[0].get_array() == triangle[2:3].numpy()).all()  # row 2, as padding
+    overlay = plot_weights(weights, mask=triangle[None]).images[1].get_array()  # grey exactly above the diagonal
+    assert overlay.mask.tolist() == triangle.tolist()
+    assert len(plot_weights(weights, mask=padding_mask([3], S)).images) == 2  # one padding row beside one table: fine
+    pad = padding_mask([4, 2])  # (B, S_kv): one row per sequence of the weights below
+    hidden = plot_weights(torch.rand(2, 1, S, S).softmax(-1), mask=pad, batch=1).images[1].get_array().mask
+    assert hidden.tolist() == [[True, True, False, False]] * S
+
+
 def test_an_additive_float_mask_is_refused_not_inverted():
     weights = torch.rand(1, 2, 3, 3).softmax(-1)
     hidden = torch.tensor([[False, False, True]])
@@ -206,14 +234,14 @@ def test_plot_view_shows_the_mask_only_when_it_hides_something_with_rows_aligned
     view = attention_view(layer, "causal", "a b c", pad=2, pad_side="left")
     fig = plot_view(view, Figure())
     mask_ax, weights_ax = [ax for ax in fig.axes if ax.get_title()]
-    assert mask_ax.get_title() == "mask" and weights_ax.get_title().startswith("weights, layer 0, head 0")
+    assert mask_ax.get_title() == "mask" and weights_ax.get_title() == "weights, head 0"  # one layer: no layer named
     assert (mask_ax.images[0].get_array() == view.mask.numpy()).all()  # the view's (S, S_kv) table, row by row
     assert weights_ax.images[1].get_array().mask.tolist() == view.mask.tolist()  # grey exactly where hidden
     fig.canvas.draw()
     a, b = mask_ax.get_window_extent(), weights_ax.get_window_extent()
     assert abs(a.y0 - b.y0) < 1 and abs(a.height - b.height) < 1  # the rows line up
     fig = plot_view(attention_view(layer, "bidirectional", "a b c"), Figure())
-    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["weights, layer 0, head 0"]
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == ["weights, head 0"]
 
 
 # ---------------------------------------------------------------- pure pieces
@@ -457,6 +485,20 @@ def test_a_stack_of_layers_gets_a_layer_selector_and_per_layer_inputs():
     ex.set(layer=2, layer_b=1, head_b=1)
     assert ex.layers["bidirectional"] is stack[2] and "A: layer 2, head 0" in ex.picture.value
     assert "B: layer 1, head 1" in ex.picture.value and len(set(calls)) == len(calls)  # each sentence embedded once
+    ex.set(view="weights")
+    assert "weights, layer 2, head 0" in ex.picture.value
+    titles = [ax.get_title() for ax in ex.plot().axes]
+    assert "weights, layer 2, head 0" in titles
+
+
+def test_one_layer_is_never_named_layer_0():
+    """A single layer (e.g. one layer taken out of a model) is not the first of a stack: no picture calls it layer 0."""
+    ex = explore_attention(BidirectionalAttention(8, 2), kinds=("bidirectional",), tokens="a b c", head=1)
+    for view in ("weights", "lines", "compare", "all heads"):
+        ex.set(view=view)
+        assert "layer 0" not in ex.picture.value
+    ex.set(view="weights")
+    assert "weights, head 1" in [ax.get_title() for ax in ex.plot().axes]
 
 
 def test_each_view_draws_its_picture_legibly():

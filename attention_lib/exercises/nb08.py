@@ -48,25 +48,28 @@ def check_08_1(mean_pool_heads) -> str:
 
 @grader("08.2")
 def check_08_2(local_window_mask) -> str:
-    """local_window_mask(S, w): (S, S) bool, True where |i - j| <= w."""
-    for S, w in [(7, 2), (5, 0), (4, 10), (9, 3)]:
+    """local_window_mask(S, w): (S, S) bool, True where |i - j| <= w / 2 (Longformer's window w: w/2 on each side)."""
+    for S, w in [(7, 4), (5, 0), (4, 20), (9, 6)]:
         got = local_window_mask(S, w)
         if isinstance(got, torch.Tensor) and got.dtype != torch.bool:
             raise Hint(f"a mask is a bool tensor (True = may attend), got dtype {got.dtype}")
         got = expect_shape(got, (S, S), f"local_window_mask({S}, {w})")
         i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]
-        expected = (i - j).abs() <= w  # (S, S)
+        half = w // 2  # the tokens on each side
+        expected = (i - j).abs() <= half  # (S, S)
         if torch.equal(got, expected):
             continue
         where = f"(S={S}, w={w})"
         if torch.equal(got, expected & (j <= i)):
-            raise Hint(f"{where}: the Longformer's window is two-sided: token i also sees the w tokens after it")
-        if torch.equal(got, (i - j).abs() < w) or torch.equal(got, (i - j).abs() <= w + 1):
-            raise Hint(f"{where}: w tokens on each side and the token itself: |i - j| <= w, 2w + 1 keys in a full row")
+            raise Hint(f"{where}: the Longformer's window is two-sided: token i also sees the w/2 tokens after it")
+        if torch.equal(got, (i - j).abs() <= w):
+            raise Hint(f"{where}: in the Longformer w is the whole window, w/2 tokens on each side: |i - j| <= w / 2")
+        if torch.equal(got, (i - j).abs() < half) or torch.equal(got, (i - j).abs() <= half + 1):
+            raise Hint(f"{where}: w/2 tokens on each side and the token itself: |i - j| <= w / 2, w + 1 keys in a full row")
         if torch.equal(got, ~expected):
             raise Hint(f"{where}: True means 'may attend' (the tokens inside the window), as everywhere in the series")
-        raise Hint(f"{where}: token i must see token j exactly when |i - j| <= w")
-    return "token i sees tokens i - w .. i + w, for windows narrower and wider than the sequence"
+        raise Hint(f"{where}: token i must see token j exactly when |i - j| <= w / 2")
+    return "token i sees tokens i - w/2 .. i + w/2, for windows narrower and wider than the sequence"
 
 
 # ---------------------------------------------------------------------------------------------- exercise 3

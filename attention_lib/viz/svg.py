@@ -20,8 +20,6 @@ CSS = """<style>.attn-pic text { font: 12px sans-serif; fill: #222; } .attn-pic 
 .attn-lines .by-k > g:hover line, .attn-lines .by-k > g:hover .val, .attn-lines .by-q > g:hover .val { visibility: visible; }
 .attn-lines .by-k:hover ~ .by-q line, .attn-lines .by-q:hover > g:not(:hover) line { visibility: hidden; }
 .attn-lines g:hover > .tok { font-weight: bold; } .attn-stale svg { opacity: 0.35; }</style>"""
-# In the lines picture each token's <g> holds its lines: hovering a token shows its lines and hides the others
-# (the keys' groups come first, so that `.by-k:hover ~ .by-q` can reach the queries' lines).
 
 
 _esc = html.escape  # quote=True: safe inside attribute values too
@@ -42,16 +40,16 @@ def _key_labels(x0: float, y: float, cell: float, keys: Sequence[str], cls: str 
     start = f'<text class="{cls}" transform="translate(' if cls else '<text transform="translate('
     return "".join(f'{start}{x0 + (j + 0.5) * cell + 4:.1f},{y:.1f}) rotate(-90)">{_esc(k)}</text>' for j, k in enumerate(keys))
 
+# %% auto #0
+__all__ = ['FONT', 'SMALL', 'CSS', 'Panel', 'svg', 'colour_bar', 'cells', 'legend', 'table_svg', 'heads_svg', 'lines_svg']
 
+# %% ../../notebooks/06_visualisation.ipynb #351189de
 def svg(width: float, height: float, body: str, cls: str = "") -> str:
     """An <svg> of exactly width x height px, with the pictures' classes for the CSS rules."""
     w, h = round(width), round(height)
     return f'<svg xmlns="http://www.w3.org/2000/svg" class="attn-pic {cls}" width="{w}" height="{h}" viewBox="0 0 {w} {h}">{body}</svg>'
 
-# %% auto #0
-__all__ = ['FONT', 'SMALL', 'CSS', 'Panel', 'svg', 'colour_bar', 'legend', 'cells', 'table_svg', 'heads_svg', 'lines_svg']
 
-# %% ../../notebooks/06_visualisation.ipynb #351189de
 def colour_bar(x: float, y: float, height: float, norm: Normalize, cmap: str = style.WEIGHTS_CMAP,
                label: str = WEIGHTS_LABEL) -> str:
     """A vertical colour bar at (x, y): the bottom of the scale at the bottom, its top at the top, three ticks, its label."""
@@ -65,19 +63,9 @@ def colour_bar(x: float, y: float, height: float, norm: Normalize, cmap: str = s
     return "".join(parts) + f"{start}{_esc(label)}</text>"
 
 
-def legend(x: float, y: float, items: Sequence[tuple[str, str]]) -> str:
-    """Colour swatches and their labels in a row, e.g. (green, "may attend"), (grey, "hidden")."""
-    parts = []
-    for colour, label in items:
-        parts.append(f'<rect x="{x:.1f}" y="{y - 10:.1f}" width="12" height="12" fill="{colour}"/>' + _text(x + 16, y, label))
-        x += 30 + _width(label)
-    return "".join(parts)
-
-
 def cells(x0: float, y0: float, cell: int, weights: Tensor | None, mask: Tensor, norm: Normalize,
           queries: Sequence[str], keys: Sequence[str], values: bool = False, cmap: str = style.WEIGHTS_CMAP) -> str:
-    """One table at (x0, y0): weights (S, S_kv) (or a bias) on the scale `norm` of `cmap`, hidden cells grey; or
-    without weights the mask."""
+    """One table at (x0, y0): weights (S, S_kv) or a bias on the scale `norm` of `cmap`, hidden cells grey; or the mask."""
     shown, S_kv = mask.flatten().tolist(), mask.shape[1]  # (S * S_kv,)
     colours = hex_colours(weights, norm, cmap) if weights is not None else [MAY_ATTEND] * len(shown)
     w = weights.flatten().tolist() if weights is not None else None
@@ -93,6 +81,15 @@ def cells(x0: float, y0: float, cell: int, weights: Tensor | None, mask: Tensor,
     return "".join(parts)
 
 # %% ../../notebooks/06_visualisation.ipynb #2702d4ab
+def legend(x: float, y: float, items: Sequence[tuple[str, str]]) -> str:
+    """Colour swatches and their labels in a row, e.g. (green, "may attend"), (grey, "hidden")."""
+    parts = []
+    for colour, label in items:
+        parts.append(f'<rect x="{x:.1f}" y="{y - 10:.1f}" width="12" height="12" fill="{colour}"/>' + _text(x + 16, y, label))
+        x += 30 + _width(label)
+    return "".join(parts)
+
+
 Panel = tuple[str, Tensor | None, Tensor]  # (title, weights (S, S_kv) or None to draw the mask itself, mask (S, S_kv))
 
 
@@ -124,7 +121,7 @@ def table_svg(panels: Sequence[Panel], queries: Sequence[str], keys: Sequence[st
     items += [(HIDDEN, "hidden")] * any(not bool(m.all()) for _, _, m in panels)
     return svg(max(x, left + 260), top + height + 34, "".join(parts) + legend(left, top + height + 24, items), "attn-table")
 
-
+# %% ../../notebooks/06_visualisation.ipynb #95a78813
 def heads_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Sequence[str], norm: Normalize,
               selected: int | None = None, title: str = "", ncols: int = 4, groups: int = 1) -> str:
     """Every head of a layer, weights (NH, S, S_kv), as small tables in a grid on one scale; the tokens left of each
@@ -149,11 +146,12 @@ def heads_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seque
     parts.append(legend(left, height - 8, [(HIDDEN, "hidden")] * (not bool(mask.all()))))
     return svg(left + ncols * panel_w + 70, height, "".join(parts), "attn-heads")
 
-# %% ../../notebooks/06_visualisation.ipynb #95a78813
+# %% ../../notebooks/06_visualisation.ipynb #c332211a
 def lines_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Sequence[str], norm: Normalize,
               title: str = "") -> str:
     """bertviz's lines for one head's weights (S, S_kv): queries left, keys right, a line per visible pair, thicker
-    and darker the more the query reads the key. Hovering a token shows only its lines, and their values."""
+    and darker the more the query reads the key. Hovering a token shows only its lines, and their values: each token's
+    <g> holds its lines, and the keys' groups come first, so that CSS's `.by-k:hover ~ .by-q` reaches the queries'."""
     S, S_kv = weights.shape
     pitch, margin = 22, _width("0.00", SMALL) + 8  # px between rows; room for the values shown on hover
     x_q = margin + max(map(_width, queries))  # the query labels end here

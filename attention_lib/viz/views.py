@@ -40,7 +40,7 @@ def register_kind(name: str, run: Run, *, cross: bool = False, layer: Layer | No
     KINDS[name] = Kind(name, run, cross, layer)
 
 # %% auto #0
-__all__ = ['PAD', 'Run', 'Layer', 'KINDS', 'Kind', 'register_kind', 'layer_mask', 'run_bidirectional', 'run_causal', 'run_cross', 'score_temperature', 'word_vectors', 'AttentionView', 'InputError', 'pad_tokens', 'attention_view', 'layer_bias', 'layer_groups', 'DEFAULT_WINDOW', 'run_sliding_window', 'run_alibi', 'variant_layer', 'fewer_kv_heads']
+__all__ = ['PAD', 'Run', 'Layer', 'KINDS', 'Kind', 'register_kind', 'layer_mask', 'run_bidirectional', 'run_causal', 'run_cross', 'layer_bias', 'layer_groups', 'word_vectors', 'pad_tokens', 'score_temperature', 'AttentionView', 'InputError', 'attention_view', 'DEFAULT_WINDOW', 'run_sliding_window', 'run_alibi', 'variant_layer', 'fewer_kv_heads']
 
 # %% ../../notebooks/06_visualisation.ipynb #6fb4cfd1
 def _is_causal_layer(layer: nn.Module) -> bool:
@@ -81,12 +81,46 @@ def run_cross(layer: nn.Module, x: Tensor, context: Tensor | None, keys: Tensor)
     _, weights = layer(x, context, mask=keys, return_weights=True)  # (1, NH, S, S_kv)
     return keys.expand(x.shape[1], -1), weights  # (S, S_kv)
 
-
+# %% ../../notebooks/06_visualisation.ipynb #da6b83c9
 register_kind("bidirectional", run_bidirectional)
 register_kind("causal", run_causal)
 register_kind("cross", run_cross, cross=True)
 
-# %% ../../notebooks/06_visualisation.ipynb #da6b83c9
+
+def layer_bias(layer: nn.Module, S: int) -> Tensor | None:
+    """(NH, S, S): what a layer adds to its scores, ALiBi's -m_h·(i - j) from its `slopes` (notebook 08); else None."""
+    slopes = getattr(layer, "slopes", None)  # (NH,) on a layer built with alibi=True
+    if slopes is None:
+        return None
+    i = torch.arange(S, dtype=torch.float32)
+    return -slopes.detach().float().cpu()[:, None, None] * (i[:, None] - i[None, :]) + 0.0  # (NH, S, S); + 0: no "-0"
+
+
+def layer_groups(layer: nn.Module) -> int:
+    """G: how many query heads share each key/value head (NH // NKV, notebook 08); 1 when none share."""
+    return layer.num_heads // layer.num_kv_heads if hasattr(layer, "num_kv_heads") else 1
+
+
+def word_vectors(words: Sequence[str], hidden_size: int, seed: int = 0) -> Tensor:
+    """(S, C): a fixed random vector per word (same word, same vector) plus sinusoidal positions."""
+    rows = [torch.randn(hidden_size, generator=torch.Generator().manual_seed(zlib.crc32(w.encode()) + seed))
+            for w in words]  # S x (C,)
+    x = torch.stack(rows) if rows else torch.zeros(0, hidden_size)  # (S, C)
+    frequency = torch.exp(-math.log(1e4) * torch.arange(0, hidden_size, 2) / hidden_size)  # (ceil(C / 2),)
+    angles = torch.arange(len(words))[:, None] * frequency  # (S, ceil(C / 2))
+    encoding = torch.zeros(len(words), hidden_size)  # (S, C)
+    encoding[:, 0::2], encoding[:, 1::2] = torch.sin(angles), torch.cos(angles)[:, : hidden_size // 2]  # (S, C)
+    return x + encoding  # (S, C)
+
+
+def pad_tokens(tokens: Sequence[str], pad: int = 0, side: str = "right") -> tuple[list[str], Tensor]:
+    """The tokens with `pad` [PAD] tokens added on `side`, and the (S,) bool mask of the real ones."""
+    if side not in ("left", "right") or pad < 0:
+        raise ValueError(f"pad must be >= 0 and pad_side 'left' or 'right', got {pad} and {side!r}")
+    padded = [PAD] * pad + list(tokens) if side == "left" else list(tokens) + [PAD] * pad
+    return padded, padding_mask([len(tokens)], seq_len=len(padded), left=side == "left")[0]  # (S,)
+
+# %% ../../notebooks/06_visualisation.ipynb #babf14d9
 def _query_projection(layer: nn.Module) -> tuple[nn.Module, int]:
     """The module that makes the queries, and how many of its output features are queries."""
     if isinstance(getattr(layer, "Wq", None), nn.Linear):
@@ -120,18 +154,14 @@ def score_temperature(layer: nn.Module, T: float) -> Iterator[nn.Module]:
             layer.slopes = slopes
 
 
-def word_vectors(words: Sequence[str], hidden_size: int, seed: int = 0) -> Tensor:
-    """(S, C): a fixed random vector per word (same word, same vector) plus sinusoidal positions."""
-    rows = [torch.randn(hidden_size, generator=torch.Generator().manual_seed(zlib.crc32(w.encode()) + seed))
-            for w in words]  # S x (C,)
-    x = torch.stack(rows) if rows else torch.zeros(0, hidden_size)  # (S, C)
-    frequency = torch.exp(-math.log(1e4) * torch.arange(0, hidden_size, 2) / hidden_size)  # (ceil(C / 2),)
-    angles = torch.arange(len(words))[:, None] * frequency  # (S, ceil(C / 2))
-    encoding = torch.zeros(len(words), hidden_size)  # (S, C)
-    encoding[:, 0::2], encoding[:, 1::2] = torch.sin(angles), torch.cos(angles)[:, : hidden_size // 2]  # (S, C)
-    return x + encoding  # (S, C)
+def _step(what: str, fn: Callable, *args):
+    """fn(*args); an error becomes an InputError that names the step, so the reader knows what to change."""
+    try:
+        return fn(*args)
+    except Exception as error:
+        raise InputError(f"{what} failed ({(str(error).splitlines() or [type(error).__name__])[0]})") from error
 
-# %% ../../notebooks/06_visualisation.ipynb #babf14d9
+# %% ../../notebooks/06_visualisation.ipynb #818cfa32
 @dataclass
 class AttentionView:
     """What the explorer shows for one setting of its controls (CPU tensors)."""
@@ -146,6 +176,7 @@ class AttentionView:
     layer: int = 0  # which layer of a stack (a model's layers)
     bias: Tensor | None = None  # (NH, S, S_kv): what the layer adds to each head's scores (ALiBi), before T
     groups: int = 1  # G: query heads per key/value head; head h reads key/value head h // G
+    layers: int = 1  # how many layers the stack has: a picture names the layer only when there are several
 
     @property
     def head_weights(self) -> Tensor:
@@ -157,33 +188,21 @@ class AttentionView:
         h = self.head if head is None else head
         return f"head {h}" + f" → key/value head {h // self.groups}" * (self.groups > 1)
 
+    def name(self, head: int | None = None) -> str:
+        """What a picture's title calls the head: `head_name`, after 'layer l, ' in a stack of several layers."""
+        return f"layer {self.layer}, " * (self.layers > 1) + self.head_name(head)
+
     def plot(self):
         """This view as a static picture (see `plot_view`)."""
         from attention_lib.viz.plots import plot_view
 
         return plot_view(self)
 
-
+# %% ../../notebooks/06_visualisation.ipynb #ffbf5ef2
 class InputError(ValueError):
     """Input the explorer cannot show; the message says which step failed and why."""
 
 
-def pad_tokens(tokens: Sequence[str], pad: int = 0, side: str = "right") -> tuple[list[str], Tensor]:
-    """The tokens with `pad` [PAD] tokens added on `side`, and the (S,) bool mask of the real ones."""
-    if side not in ("left", "right") or pad < 0:
-        raise ValueError(f"pad must be >= 0 and pad_side 'left' or 'right', got {pad} and {side!r}")
-    padded = [PAD] * pad + list(tokens) if side == "left" else list(tokens) + [PAD] * pad
-    return padded, padding_mask([len(tokens)], seq_len=len(padded), left=side == "left")[0]  # (S,)
-
-
-def _step(what: str, fn: Callable, *args):
-    """fn(*args); an error becomes an InputError that names the step, so the reader knows what to change."""
-    try:
-        return fn(*args)
-    except Exception as error:
-        raise InputError(f"{what} failed ({(str(error).splitlines() or [type(error).__name__])[0]})") from error
-
-# %% ../../notebooks/06_visualisation.ipynb #818cfa32
 def attention_view(layer: nn.Module, kind: str, tokens: Sequence[str] | str, *, context_tokens: Sequence[str] | str = (),
                    pad: int = 0, pad_side: str = "right", head: int = 0, temperature: float = 1.0,
                    embed: Callable | None = None, context_embed: Callable | None = None, layer_index: int = 0) -> AttentionView:
@@ -219,20 +238,6 @@ def attention_view(layer: nn.Module, kind: str, tokens: Sequence[str] | str, *, 
     bias = None if cross else layer_bias(layer, len(query_tokens))  # (NH, S, S) or None
     return AttentionView(kind, query_tokens, key_tokens, mask, weights, head, float(temperature), layer_index, bias,
                          layer_groups(layer))
-
-
-def layer_bias(layer: nn.Module, S: int) -> Tensor | None:
-    """(NH, S, S): what a layer adds to its scores, ALiBi's -m_h·(i - j) from its `slopes` (notebook 08); else None."""
-    slopes = getattr(layer, "slopes", None)  # (NH,) on a layer built with alibi=True
-    if slopes is None:
-        return None
-    i = torch.arange(S, dtype=torch.float32)
-    return -slopes.detach().float().cpu()[:, None, None] * (i[:, None] - i[None, :]) + 0.0  # (NH, S, S); + 0: no "-0"
-
-
-def layer_groups(layer: nn.Module) -> int:
-    """G: how many query heads share each key/value head (NH // NKV, notebook 08); 1 when none share."""
-    return layer.num_heads // layer.num_kv_heads if hasattr(layer, "num_kv_heads") else 1
 
 # %% ../../notebooks/08_variants.ipynb #e48ae6b9
 DEFAULT_WINDOW = 3  # the "sliding window" kind's W for a layer without a window of its own
