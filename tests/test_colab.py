@@ -7,7 +7,8 @@ For each notebook, as a reader who opens it from the repository in Google Colab:
 - the notebook alone in an empty folder, the kernel's working directory (Colab's /content);
 - a stub `google.colab` (tests/colab_stub) imported when the kernel starts, as Colab does; its
   `output.enable_custom_widget_manager` records its calls;
-- ATTENTION_LIB_SOURCE = "attention-lib[colab] @ file://<clone>", a `git clone` of this repository's HEAD, so the
+- ATTENTION_LIB_SOURCE = "attention-lib[colab] @ file://<clone>", a `git clone` of this repository's HEAD (one per
+  notebook: pip builds a local directory in place, so parallel installs from one directory collide), so the
   setup cell's `%pip install` takes the commit under test instead of GitHub. Uncommitted changes are therefore not
   in it: commit first (CI tests a fresh clone, where there are none).
 nbclient executes every cell. The test asserts: no cell fails; attention_lib was installed into the fresh venv from
@@ -121,6 +122,7 @@ class Run:
     explorers: list[int]  # the cells whose committed output is a widget
     venv: Path
     record: Path  # the stub widget manager's calls
+    source: Path  # the clone of the commit under test that this run installs from
     error: BaseException | None = None
 
 
@@ -133,12 +135,16 @@ def run_notebook(name: str, base: Path, clone: Path, tmp: Path) -> Run:
     content = tmp / "content"  # Colab's /content: the notebook alone
     content.mkdir()
     shutil.copy(clone / "notebooks" / name, content / name)
-    run = Run(name, nbformat.read(content / name, as_version=4), [], tmp / "venv", tmp / "colab-calls.txt")
+    source = tmp / "attention-from-scratch"
+    run = Run(name, nbformat.read(content / name, as_version=4), [], tmp / "venv", tmp / "colab-calls.txt", source)
     run.explorers = _explorer_cells(run.nb)
     try:
+        # A clone of its own: pip builds a local directory in place (setuptools writes build/ and *.egg-info into
+        # it), so two runs installing from one directory at once break each other's wheels.
+        subprocess.run(["git", "clone", "--quiet", str(clone), str(source)], check=True, timeout=300)
         python = fresh_env(base, run.venv)
         kernels, ipython_dir = _write_kernel(tmp, python)
-        source = f"attention-lib[colab] @ file://{clone}"
+        source = f"attention-lib[colab] @ file://{source}"
         env = clean_env(IPYTHONDIR=str(ipython_dir), ATTENTION_LIB_SOURCE=source, COLAB_STUB_RECORD=str(run.record))
         env.pop("MPLBACKEND", None)  # the kernel's inline backend, as in Colab
         run.nb.cells.append(nbformat.v4.new_code_cell(PROBE))
@@ -177,7 +183,7 @@ def test_notebook_runs_in_a_colab_like_runtime(name, runs, base_versions, clone)
     assert Path(probe["attention_lib"]).is_relative_to(site_packages(venv)), probe
     assert own_distributions(venv) == ADDED, sorted(own_distributions(venv))
     (info,) = site_packages(venv).glob("attention_lib-*.dist-info")
-    assert json.loads((info / "direct_url.json").read_text())["url"] == f"file://{clone}"
+    assert json.loads((info / "direct_url.json").read_text())["url"] == f"file://{run.source}"
 
     # Colab's torch and ipywidgets (and the rest of its stack) are untouched, on disk and in the kernel
     python = venv / "bin" / "python"
