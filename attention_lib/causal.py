@@ -103,7 +103,38 @@ def append(self: KVCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     self._length = end
     return self.keys, self.values  # each (B, NH, S_cached + S_new, HS)
 
+# %% ../notebooks/04_causal.ipynb #3607a635
+@patch
+def new_cache(self: CausalAttention, batch_size: int, max_length: int | None = None) -> KVCache:
+    """An empty `KVCache` for `decode`: `batch_size` sequences of at most `max_length` tokens (default and
+    upper bound: `context_size`), with this layer's NH, HS, dtype and device."""
+    batch_size = check_size("batch_size", batch_size)
+    max_length = self.context_size if max_length is None else check_size("max_length", max_length)
+    if max_length > self.context_size:
+        raise ValueError(f"max_length must be at most context_size={self.context_size}, got {max_length}")
+    w = self.Wqkv.weight
+    return KVCache(batch_size, self.num_heads, self.head_size, max_length, dtype=w.dtype, device=w.device)
 
+
+@patch
+def decode(
+    self: CausalAttention, x: Tensor, cache: KVCache, mask: Tensor | None = None, return_weights: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Run S_new new tokens x (B, S_new, C) against the S_cached cached tokens and themselves, then cache them.
+
+    The new queries sit at positions S_cached..S_total - 1 (S_total = S_cached + S_new) and see the keys up to their
+    own position. mask: optional bool, True = may attend, a (B, S_total) padding mask over all tokens so far or
+    anything broadcasting to (B, NH, S_new, S_total). Returns (B, S_new, C) [, weights (B, NH, S_new, S_total)]:
+    the last S_new rows of `forward` on the whole sequence. Every check runs before the cache is written.
+    Run it under `torch.no_grad()`.
+    """
+    B, S = self._check_decode(x, cache)
+    mask = prepare_mask(mask, B, S, len(cache) + S, self.num_heads, device=x.device)  # (B, NH, S_new, S_total)-like
+    q, k, v = self._qkv(x)  # each (B, NH, S_new, HS)
+    k, v = cache.append(k, v)  # each (B, NH, S_total, HS): the only write, after every check
+    return self._attend(q, k, v, mask, return_weights, is_causal=True)  # the last S_new rows of the triangle
+
+# %% ../notebooks/04_causal.ipynb #d9809273
 @patch
 def reset(self: KVCache) -> None:
     """Forget every cached token; the storage is kept and overwritten by the next appends."""
@@ -155,37 +186,6 @@ def check_room(self: KVCache, batch: int, new: int) -> None:
             f"the cache holds at most max_length={self.max_length} tokens: it has S_cached={self._length} "
             f"and S_new={new} more do not fit"
         )
-
-# %% ../notebooks/04_causal.ipynb #3607a635
-@patch
-def new_cache(self: CausalAttention, batch_size: int, max_length: int | None = None) -> KVCache:
-    """An empty `KVCache` for `decode`: `batch_size` sequences of at most `max_length` tokens (default and
-    upper bound: `context_size`), with this layer's NH, HS, dtype and device."""
-    batch_size = check_size("batch_size", batch_size)
-    max_length = self.context_size if max_length is None else check_size("max_length", max_length)
-    if max_length > self.context_size:
-        raise ValueError(f"max_length must be at most context_size={self.context_size}, got {max_length}")
-    w = self.Wqkv.weight
-    return KVCache(batch_size, self.num_heads, self.head_size, max_length, dtype=w.dtype, device=w.device)
-
-
-@patch
-def decode(
-    self: CausalAttention, x: Tensor, cache: KVCache, mask: Tensor | None = None, return_weights: bool = False
-) -> Tensor | tuple[Tensor, Tensor]:
-    """Run S_new new tokens x (B, S_new, C) against the S_cached cached tokens and themselves, then cache them.
-
-    The new queries sit at positions S_cached..S_total - 1 (S_total = S_cached + S_new) and see the keys up to their
-    own position. mask: optional bool, True = may attend, a (B, S_total) padding mask over all tokens so far or
-    anything broadcasting to (B, NH, S_new, S_total). Returns (B, S_new, C) [, weights (B, NH, S_new, S_total)]:
-    the last S_new rows of `forward` on the whole sequence. Every check runs before the cache is written.
-    Run it under `torch.no_grad()`.
-    """
-    B, S = self._check_decode(x, cache)
-    mask = prepare_mask(mask, B, S, len(cache) + S, self.num_heads, device=x.device)  # (B, NH, S_new, S_total)-like
-    q, k, v = self._qkv(x)  # each (B, NH, S_new, HS)
-    k, v = cache.append(k, v)  # each (B, NH, S_total, HS): the only write, after every check
-    return self._attend(q, k, v, mask, return_weights, is_causal=True)  # the last S_new rows of the triangle
 
 # %% ../notebooks/04_causal.ipynb #b75a8006
 @patch
