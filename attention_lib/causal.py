@@ -103,57 +103,6 @@ def append(self: KVCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     self._length = end
     return self.keys, self.values  # each (B, NH, S_cached + S_new, HS)
 
-# %% ../notebooks/04_causal.ipynb #3607a635
-@patch
-def new_cache(self: CausalAttention, batch_size: int, max_length: int | None = None) -> KVCache:
-    """An empty `KVCache` for `decode`: `batch_size` sequences of at most `max_length` tokens (default and
-    upper bound: `context_size`), with this layer's NH, HS, dtype and device."""
-    batch_size = check_size("batch_size", batch_size)
-    max_length = self.context_size if max_length is None else check_size("max_length", max_length)
-    if max_length > self.context_size:
-        raise ValueError(f"max_length must be at most context_size={self.context_size}, got {max_length}")
-    w = self.Wqkv.weight
-    return KVCache(batch_size, self.num_heads, self.head_size, max_length, dtype=w.dtype, device=w.device)
-
-
-@patch
-def decode(
-    self: CausalAttention, x: Tensor, cache: KVCache, mask: Tensor | None = None, return_weights: bool = False
-) -> Tensor | tuple[Tensor, Tensor]:
-    """Run S_new new tokens x (B, S_new, C) against the S_cached cached tokens and themselves, then cache them.
-
-    The new queries sit at positions S_cached..S_total - 1 (S_total = S_cached + S_new) and see the keys up to their
-    own position. mask: optional bool, True = may attend, a (B, S_total) padding mask over all tokens so far or
-    anything broadcasting to (B, NH, S_new, S_total). Returns (B, S_new, C) [, weights (B, NH, S_new, S_total)]:
-    the last S_new rows of `forward` on the whole sequence. Every check runs before the cache is written.
-    Run it under `torch.no_grad()`.
-    """
-    B, S = self._check_decode(x, cache)
-    mask = prepare_mask(mask, B, S, len(cache) + S, self.num_heads, device=x.device)  # (B, NH, S_new, S_total)-like
-    q, k, v = self._qkv(x)  # each (B, NH, S_new, HS)
-    k, v = cache.append(k, v)  # each (B, NH, S_total, HS): the only write, after every check
-    return self._attend(q, k, v, mask, return_weights, is_causal=True)  # the last S_new rows of the triangle
-
-# %% ../notebooks/04_causal.ipynb #d9809273
-@patch
-def reset(self: KVCache) -> None:
-    """Forget every cached token; the storage is kept and overwritten by the next appends."""
-    self._length = 0
-
-
-@patch
-def crop(self: KVCache, length: int) -> None:
-    """Keep only the first `length` cached tokens (0 <= length <= len(self)), e.g. to undo a step."""
-    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self._length:
-        raise ValueError(f"length must be an int in [0, S_cached={self._length}], got {length!r}")
-    self._length = length
-
-
-@patch
-def __repr__(self: KVCache) -> str:
-    return (f"KVCache(batch_size={self.batch_size}, num_heads={self.num_heads}, head_size={self.head_size}, "
-            f"length={self._length}, max_length={self.max_length})")
-
 # %% ../notebooks/04_causal.ipynb #c542ddcb
 @patch
 def _check_kv(self: KVCache, k: Tensor, v: Tensor) -> None:
@@ -208,3 +157,54 @@ def _check_decode(self: CausalAttention, x: Tensor, cache: KVCache) -> tuple[int
     if self.attn_impl not in attention_impls():
         raise ValueError(f"attn_impl must be one of {attention_impls()}, got {self.attn_impl!r}")
     return B, S
+
+# %% ../notebooks/04_causal.ipynb #3607a635
+@patch
+def new_cache(self: CausalAttention, batch_size: int, max_length: int | None = None) -> KVCache:
+    """An empty `KVCache` for `decode`: `batch_size` sequences of at most `max_length` tokens (default and
+    upper bound: `context_size`), with this layer's NH, HS, dtype and device."""
+    batch_size = check_size("batch_size", batch_size)
+    max_length = self.context_size if max_length is None else check_size("max_length", max_length)
+    if max_length > self.context_size:
+        raise ValueError(f"max_length must be at most context_size={self.context_size}, got {max_length}")
+    w = self.Wqkv.weight
+    return KVCache(batch_size, self.num_heads, self.head_size, max_length, dtype=w.dtype, device=w.device)
+
+
+@patch
+def decode(
+    self: CausalAttention, x: Tensor, cache: KVCache, mask: Tensor | None = None, return_weights: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Run S_new new tokens x (B, S_new, C) against the S_cached cached tokens and themselves, then cache them.
+
+    The new queries sit at positions S_cached..S_total - 1 (S_total = S_cached + S_new) and see the keys up to their
+    own position. mask: optional bool, True = may attend, a (B, S_total) padding mask over all tokens so far or
+    anything broadcasting to (B, NH, S_new, S_total). Returns (B, S_new, C) [, weights (B, NH, S_new, S_total)]:
+    the last S_new rows of `forward` on the whole sequence. Every check runs before the cache is written.
+    Run it under `torch.no_grad()`.
+    """
+    B, S = self._check_decode(x, cache)
+    mask = prepare_mask(mask, B, S, len(cache) + S, self.num_heads, device=x.device)  # (B, NH, S_new, S_total)-like
+    q, k, v = self._qkv(x)  # each (B, NH, S_new, HS)
+    k, v = cache.append(k, v)  # each (B, NH, S_total, HS): the only write, after every check
+    return self._attend(q, k, v, mask, return_weights, is_causal=True)  # the last S_new rows of the triangle
+
+# %% ../notebooks/04_causal.ipynb #d9809273
+@patch
+def reset(self: KVCache) -> None:
+    """Forget every cached token; the storage is kept and overwritten by the next appends."""
+    self._length = 0
+
+
+@patch
+def crop(self: KVCache, length: int) -> None:
+    """Keep only the first `length` cached tokens (0 <= length <= len(self)), e.g. to undo a step."""
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self._length:
+        raise ValueError(f"length must be an int in [0, S_cached={self._length}], got {length!r}")
+    self._length = length
+
+
+@patch
+def __repr__(self: KVCache) -> str:
+    return (f"KVCache(batch_size={self.batch_size}, num_heads={self.num_heads}, head_size={self.head_size}, "
+            f"length={self._length}, max_length={self.max_length})")
