@@ -103,26 +103,6 @@ def append(self: KVCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     self._length = end
     return self.keys, self.values  # each (B, NH, S_cached + S_new, HS)
 
-
-@patch
-def reset(self: KVCache) -> None:
-    """Forget every cached token; the storage is kept and overwritten by the next appends."""
-    self._length = 0
-
-
-@patch
-def crop(self: KVCache, length: int) -> None:
-    """Keep only the first `length` cached tokens (0 <= length <= len(self)), e.g. to undo a step."""
-    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self._length:
-        raise ValueError(f"length must be an int in [0, S_cached={self._length}], got {length!r}")
-    self._length = length
-
-
-@patch
-def __repr__(self: KVCache) -> str:
-    return (f"KVCache(batch_size={self.batch_size}, num_heads={self.num_heads}, head_size={self.head_size}, "
-            f"length={self._length}, max_length={self.max_length})")
-
 # %% ../notebooks/04_causal.ipynb #c542ddcb
 @patch
 def _check_kv(self: KVCache, k: Tensor, v: Tensor) -> None:
@@ -156,6 +136,28 @@ def check_room(self: KVCache, batch: int, new: int) -> None:
             f"and S_new={new} more do not fit"
         )
 
+# %% ../notebooks/04_causal.ipynb #b75a8006
+@patch
+def _check_decode(self: CausalAttention, x: Tensor, cache: KVCache) -> tuple[int, int]:
+    """Check x (B, S_new, C) and `cache` for `decode`; returns (B, S_new). `TypeError` when `cache` is not a
+    `KVCache` or a dtype differs from the layer's; `ValueError` when the heads or batch differ from the cache's, or
+    S_total exceeds `context_size`, the cache's `max_length` or the `attn_impl` is unknown."""
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache (see CausalAttention.new_cache), got {type(cache).__name__}")
+    check_input(x, self.hidden_size, like=self.Wo.weight)
+    B, S, _ = x.shape
+    if (cache.num_heads, cache.head_size) != (self.num_heads, self.head_size):
+        raise ValueError(
+            f"cache must have (NH, HS) = {(self.num_heads, self.head_size)} like the layer, "
+            f"got {(cache.num_heads, cache.head_size)}"
+        )
+    check_like(cache._keys, self.Wo.weight, "cache")
+    self._check_length(len(cache), S)
+    cache.check_room(B, S)
+    if self.attn_impl not in attention_impls():
+        raise ValueError(f"attn_impl must be one of {attention_impls()}, got {self.attn_impl!r}")
+    return B, S
+
 # %% ../notebooks/04_causal.ipynb #3607a635
 @patch
 def new_cache(self: CausalAttention, batch_size: int, max_length: int | None = None) -> KVCache:
@@ -187,24 +189,22 @@ def decode(
     k, v = cache.append(k, v)  # each (B, NH, S_total, HS): the only write, after every check
     return self._attend(q, k, v, mask, return_weights, is_causal=True)  # the last S_new rows of the triangle
 
-# %% ../notebooks/04_causal.ipynb #b75a8006
+# %% ../notebooks/04_causal.ipynb #d9809273
 @patch
-def _check_decode(self: CausalAttention, x: Tensor, cache: KVCache) -> tuple[int, int]:
-    """Check x (B, S_new, C) and `cache` for `decode`; returns (B, S_new). `TypeError` when `cache` is not a
-    `KVCache` or a dtype differs from the layer's; `ValueError` when the heads or batch differ from the cache's, or
-    S_total exceeds `context_size`, the cache's `max_length` or the `attn_impl` is unknown."""
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache (see CausalAttention.new_cache), got {type(cache).__name__}")
-    check_input(x, self.hidden_size, like=self.Wo.weight)
-    B, S, _ = x.shape
-    if (cache.num_heads, cache.head_size) != (self.num_heads, self.head_size):
-        raise ValueError(
-            f"cache must have (NH, HS) = {(self.num_heads, self.head_size)} like the layer, "
-            f"got {(cache.num_heads, cache.head_size)}"
-        )
-    check_like(cache._keys, self.Wo.weight, "cache")
-    self._check_length(len(cache), S)
-    cache.check_room(B, S)
-    if self.attn_impl not in attention_impls():
-        raise ValueError(f"attn_impl must be one of {attention_impls()}, got {self.attn_impl!r}")
-    return B, S
+def reset(self: KVCache) -> None:
+    """Forget every cached token; the storage is kept and overwritten by the next appends."""
+    self._length = 0
+
+
+@patch
+def crop(self: KVCache, length: int) -> None:
+    """Keep only the first `length` cached tokens (0 <= length <= len(self)), e.g. to undo a step."""
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self._length:
+        raise ValueError(f"length must be an int in [0, S_cached={self._length}], got {length!r}")
+    self._length = length
+
+
+@patch
+def __repr__(self: KVCache) -> str:
+    return (f"KVCache(batch_size={self.batch_size}, num_heads={self.num_heads}, head_size={self.head_size}, "
+            f"length={self._length}, max_length={self.max_length})")
