@@ -535,6 +535,14 @@ def test_the_lines_picture_groups_each_tokens_lines_for_hover():
     assert table.count('<rect class="cell"') == 12 and table.count(f'fill="{HIDDEN}"') >= 4 and ">0.90<" in table
 
 
+def test_the_lines_picture_leaves_out_weights_below_2_percent_of_the_largest():
+    """As lines_svg's docstring and notebook 06 say: a visible pair gets a line only from 2 % of the scale's top."""
+    weights = torch.tensor([[0.97, 0.01, 0.02]])  # (S, S_kv): 0.01 / 0.97 < 2 % <= 0.02 / 0.97
+    mask = torch.ones(1, 3, dtype=torch.bool)
+    by_q = lines_svg(weights, mask, ["q"], ["a", "b", "c"], weights_norm(weights)).split('<g class="by-q">')[1]
+    assert by_q.count("<line") == 2 and ">0.02<" in by_q and ">0.01<" not in by_q
+
+
 def test_the_explorer_displays_as_one_view_of_its_widget():
     """`display(explorer)` and the explorer as a cell's last expression both publish the widget's view, under
     ipywidgets 7.7.1 (Colab's, whose widgets have no _repr_mimebundle_) and 8."""

@@ -7,15 +7,17 @@ One picture style for the whole series, static and interactive (`attention_lib.v
 - a mask: MASK_CMAP, grey #d9d9d9 = hidden, green #2ca25f = may attend, with a legend; drawn only when it hides
   something (`shows_mask`);
 - weights: WEIGHTS_CMAP "Blues" from vmin 0 to vmax = the largest weight shown (`weights_norm`), a colour bar labelled
-  "attention weight", hidden cells in the mask's grey, values written in the cells while S, S_kv <= 10 (`writes_values`);
+  "attention weight", hidden cells in the mask's grey; values written in the cells of a table while S, S_kv <= 10
+  (`writes_values`; up to 6 in plot_view's three tables), never in the grids of all heads nor in the lines;
 - a bias a layer adds to its scores (ALiBi, notebook 08): BIAS_CMAP "Purples_r" from its most negative visible value
   to 0 (`bias_norm`), its own colour bar "ALiBi bias", hidden cells grey.
 
-How the static plots read a mask (the series' rule: a 2-D mask is always a (B, S_kv) padding mask), so that a square
-(S, S) table can never be drawn as padding rows: plot_weights and plot_heads take a 2-D mask of 1 row, or of one row
-per sequence of the weights (1 for weights (S, S_kv) without a batch axis); plot_mask draws a 2-D mask of several rows
-only for an explicit `batch=`. Anything else raises ValueError: "a 2-D mask is a (B, S_kv) padding mask; for one
-(S, S_kv) table pass mask[None]". A 1-D mask is one padding row; 3-D and 4-D masks are read like the scores.
+How the static plots read a mask (the series' rule: a 2-D mask is always a (B, S_kv) padding mask): plot_weights and
+plot_heads take a 2-D mask of 1 row, or of one row per sequence of the weights (1 for weights (S, S_kv) without a batch
+axis); plot_mask draws a 2-D mask of several rows only for an explicit `batch=`. Anything else raises ValueError: "a
+2-D mask is a (B, S_kv) padding mask; for one (S, S_kv) table pass mask[None]". That catches a square (S, S) table
+passed by mistake, unless the weights' batch size is S too: then it is, by the rule, S padding rows, drawn as such.
+A 1-D mask is one padding row; 3-D and 4-D masks are read like the scores.
 
 Modules: style (the rule), plots (matplotlib: plot_mask, plot_weights, plot_heads, plot_cross_attention, plot_view),
 svg (the browser's pictures: tables, all heads, lines), views (what a layer did: KINDS, register_kind, attention_view;
@@ -29,6 +31,8 @@ from .plots import plot_cross_attention, plot_heads, plot_mask, plot_view, plot_
 from .style import BIAS_CMAP, MASK_CMAP, WEIGHTS_CMAP, shows_mask, weights_norm, writes_values  # noqa: F401
 from .views import KINDS, AttentionView, attention_view, register_kind, score_temperature, word_vectors  # noqa: F401
 
+# nbdev's directive: these names are imported, not defined here, so nbdev lists them in the __all__ it writes only
+# when they are named in `_all_`
 _all_ = ["AttentionExplorer", "explore_attention", "plot_cross_attention", "plot_heads", "plot_mask", "plot_view",
          "plot_weights", "BIAS_CMAP", "MASK_CMAP", "WEIGHTS_CMAP", "shows_mask", "weights_norm", "writes_values", "KINDS",
          "AttentionView", "attention_view", "register_kind", "score_temperature", "word_vectors"]

@@ -64,7 +64,8 @@ def mask_table(mask: Tensor, S: int | None = None, S_kv: int | None = None, batc
 
 def _padding_rows(mask: Tensor, batch_size: int | None, hint: str) -> None:
     """The plots' guard on the series' rule: a 2-D mask is a (B, S_kv) padding mask, so its B must be 1 or the
-    `batch_size` the picture draws from (None: any). An (S, S_kv) table is refused, never drawn as padding rows."""
+    `batch_size` the picture draws from (None: any). A square (S, S) table passed by mistake is refused, unless the
+    weights' batch size is S too: then it is, by the rule, S padding rows, and is drawn as such."""
     shape = () if mask is None else tuple(torch.as_tensor(mask).shape)
     if len(shape) == 2 and shape[0] not in (1, batch_size or shape[0]):
         raise ValueError(f"a 2-D mask is a (B, S_kv) padding mask; for one (S, S_kv) table pass mask[None] "
@@ -126,8 +127,8 @@ def _legend(where, hidden: bool, may_attend: bool = False, **kwargs) -> None:
 def plot_mask(mask: Tensor, query_labels: Labels = None, key_labels: Labels = None, *, batch: int | None = None,
               head: int = 0, ax: Axes | None = None, title: str | None = "mask", legend: bool = True) -> Axes:
     """Draw a bool mask (True = may attend), green = may attend, grey = hidden, with a legend; returns the Axes.
-    mask: see `mask_table`. A 2-D mask is a (B, S_kv) padding mask: one row, or one per query label if given; with
-    several rows, `batch` must say whose (an (S, S) table passed as 2-D is refused: pass mask[None])."""
+    mask: see `mask_table`. A 2-D mask is a (B, S_kv) padding mask: without `batch` it must have one row, so an (S, S)
+    table passed as 2-D is refused (pass mask[None]); with `batch=b`, its row b is drawn for every query."""
     S = None if query_labels is None else len(_labels(query_labels, None, "query_labels"))
     m = mask_table(mask, S, batch=batch or 0, head=head)  # (S, S_kv)
     _padding_rows(mask, 1 if batch is None else None, "and no batch=: pass batch=b for the padding row of sequence b")

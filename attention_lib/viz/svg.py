@@ -150,8 +150,9 @@ def heads_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seque
 def lines_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Sequence[str], norm: Normalize,
               title: str = "") -> str:
     """bertviz's lines for one head's weights (S, S_kv): queries left, keys right, a line per visible pair, thicker
-    and darker the more the query reads the key. Hovering a token shows only its lines, and their values: each token's
-    <g> holds its lines, and the keys' groups come first, so that CSS's `.by-k:hover ~ .by-q` reaches the queries'."""
+    and darker the more the query reads the key; a weight below 2 % of the scale's top (norm.vmax, the largest weight
+    shown) gets no line. Hovering a token shows only its lines, and their values: each token's <g> holds its lines,
+    and the keys' groups come first, so that CSS's `.by-k:hover ~ .by-q` reaches the queries'."""
     S, S_kv = weights.shape
     pitch, margin = 22, _width("0.00", SMALL) + 8  # px between rows; room for the values shown on hover
     x_q = margin + max(map(_width, queries))  # the query labels end here

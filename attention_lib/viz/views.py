@@ -209,8 +209,8 @@ def attention_view(layer: nn.Module, kind: str, tokens: Sequence[str] | str, *, 
     """Run `layer` as attention of `kind` on the tokens; return the mask it applied and the weights it produced.
 
     tokens (a list, or a string split on spaces): the queries, and the keys unless the kind is cross, whose keys are
-    `context_tokens`. `pad` [PAD] tokens are added to the keys on `pad_side`. embed / context_embed: tokens -> (S, C),
-    or (num_layers, S, C) for a stack of layers, of which `layer_index` picks one; default `word_vectors`.
+    `context_tokens`. `pad` [PAD] tokens are added to the keys on `pad_side` (so to the queries too, unless cross).
+    embed / context_embed: tokens -> (S, C), or (num_layers, S, C) for a stack (`layer_index` picks); default word_vectors.
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {tuple(KINDS)}, got {kind!r}")
