@@ -67,7 +67,9 @@ class BidirectionalAttention(AttentionBase):
     """Multi-head bidirectional self-attention (双向注意力): every token may attend to every real token.
 
     Wqkv: (C -> 3C), laid out [q | k | v], each split into NH heads of HS; Wo: (C -> C).
-    x: (B, S, C); mask: bool, True = may attend, (B, S) padding mask or broadcasting to (B, NH, S, S).
+    x: (B, S, C); mask: bool, True = may attend, (B, S) padding mask or broadcasting to (B, NH, S, S); a 3-D mask
+    must be (1, S, S), one table for every sequence and head (`prepare_mask` refuses any other: (B, S, S) and
+    (NH, S, S) cannot be told apart).
     Returns (B, S, C), or (out, weights (B, NH, S, S)) with `return_weights=True`.
     `from_torch(mha)` builds one from the weights of a batch-first `nn.MultiheadAttention`.
     """
@@ -80,8 +82,7 @@ class BidirectionalAttention(AttentionBase):
         """(B, S, C) -> q, k, v, each (B, NH, S, HS): views into the output of Wqkv, no copy."""
         B, S, _ = x.shape
         qkv = self.Wqkv(x).reshape(B, S, 3, self.num_heads, self.head_size)  # (B, S, 3, NH, HS)
-        q, k, v = qkv.unbind(2)  # 3 x (B, S, NH, HS)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # 3 x (B, NH, S, HS)
+        return qkv.permute(2, 0, 3, 1, 4).unbind(0)  # 3 x (B, NH, S, HS): part<-2, B<-0, NH<-3, S<-1, HS<-4
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, return_weights: bool = False

@@ -362,6 +362,20 @@ def test_dropout_rates_act_where_documented():
     assert torch.allclose(w.sum(-1), torch.ones(2, 4, 5))  # weights are returned before dropout
 
 
+def test_qkv_splits_wqkv_into_heads_as_views():
+    """q, k, v of head h are the h-th HS columns of each third of Wqkv(x), and views of it (no copy)."""
+    layer = BidirectionalAttention(12, 3)
+    x = torch.randn(2, 5, 12)
+    with torch.no_grad():
+        qkv = layer.Wqkv(x)  # (B, S, 3C)
+        q, k, v = layer._qkv(x)  # each (B, NH, S, HS)
+    for part, t in enumerate((q, k, v)):
+        assert t.shape == (2, 3, 5, 4)
+        for h in range(3):
+            assert torch.equal(t[:, h], qkv[..., part * 12 + h * 4 : part * 12 + (h + 1) * 4])
+    assert q._base is not None and q._base.data_ptr() == k._base.data_ptr() == v._base.data_ptr()
+
+
 # ---------------------------------------------------------------- dtypes and bad inputs
 
 
