@@ -307,6 +307,16 @@ def test_masked_softmax_matches_the_reference_and_never_gives_nan(mask_shape):
     assert torch.equal(masked_softmax(scores), scores.softmax(dim=-1))
 
 
+def test_masked_softmax_computes_no_nan_backward_for_a_row_that_sees_nothing():
+    """Such a row gets finite scores before the softmax: zeroing the output alone would leave the softmax's backward
+    computing NaN (which anomaly detection stops on), as notebook 00 says."""
+    scores = torch.randn(2, 3, requires_grad=True)  # (S, S_kv)
+    mask = torch.tensor([[True, False, True], [False, False, False]])  # row 1 sees nothing
+    with pytest.warns(UserWarning, match="Anomaly Detection"), torch.autograd.detect_anomaly():
+        (masked_softmax(scores, mask) * torch.randn(2, 3)).sum().backward()
+    assert bool(scores.grad.isfinite().all()) and torch.equal(scores.grad[1], torch.zeros(3))
+
+
 def test_explicit_weights_are_before_dropout():
     torch.manual_seed(0)
     q, k, v = qkv(1, 4, 8)
