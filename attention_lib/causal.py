@@ -103,61 +103,6 @@ def append(self: KVCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     self._length = end
     return self.keys, self.values  # each (B, NH, S_cached + S_new, HS)
 
-# %% ../notebooks/04_causal.ipynb #c542ddcb
-@patch
-def _check_kv(self: KVCache, k: Tensor, v: Tensor) -> None:
-    """`RuntimeError` for tensors that need gradients; `ValueError` for a batch or head shape that is not the
-    cache's or tokens that do not fit in `max_length`; `TypeError` for another dtype."""
-    for name, t in (("k", k), ("v", v)):
-        if t.ndim != 4 or t.shape[1] != self.num_heads or t.shape[3] != self.head_size or t.shape != k.shape:
-            expected = f"(B, NH, S_new, HS) = ({self.batch_size}, {self.num_heads}, S_new, {self.head_size})"
-            raise ValueError(f"{name} must have shape {expected}, the same for k and v, got {tuple(t.shape)}")
-        if t.dtype != self._keys.dtype:
-            raise TypeError(f"{name} must have the cache's dtype {self._keys.dtype}, got {t.dtype}")
-    if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
-        raise RuntimeError(
-            "KVCache writes keys and values in place and carries no gradients: "
-            "decode under torch.no_grad() or torch.inference_mode()"
-        )
-    self.check_room(k.shape[0], k.shape[2])
-
-
-@patch
-def check_room(self: KVCache, batch: int, new: int) -> None:
-    """Raise `ValueError` unless `new` more tokens of a batch of `batch` sequences fit in this cache."""
-    if batch != self.batch_size:
-        raise ValueError(
-            f"x must have the batch size of the cache, B={self.batch_size}, got B={batch} "
-            "(one cache holds one batch: make a new cache for another batch)"
-        )
-    if self._length + new > self.max_length:
-        raise ValueError(
-            f"the cache holds at most max_length={self.max_length} tokens: it has S_cached={self._length} "
-            f"and S_new={new} more do not fit"
-        )
-
-# %% ../notebooks/04_causal.ipynb #b75a8006
-@patch
-def _check_decode(self: CausalAttention, x: Tensor, cache: KVCache) -> tuple[int, int]:
-    """Check x (B, S_new, C) and `cache` for `decode`; returns (B, S_new). `TypeError` when `cache` is not a
-    `KVCache` or a dtype differs from the layer's; `ValueError` when the heads or batch differ from the cache's, or
-    S_total exceeds `context_size`, the cache's `max_length` or the `attn_impl` is unknown."""
-    if not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache (see CausalAttention.new_cache), got {type(cache).__name__}")
-    check_input(x, self.hidden_size, like=self.Wo.weight)
-    B, S, _ = x.shape
-    if (cache.num_heads, cache.head_size) != (self.num_heads, self.head_size):
-        raise ValueError(
-            f"cache must have (NH, HS) = {(self.num_heads, self.head_size)} like the layer, "
-            f"got {(cache.num_heads, cache.head_size)}"
-        )
-    check_like(cache._keys, self.Wo.weight, "cache")
-    self._check_length(len(cache), S)
-    cache.check_room(B, S)
-    if self.attn_impl not in attention_impls():
-        raise ValueError(f"attn_impl must be one of {attention_impls()}, got {self.attn_impl!r}")
-    return B, S
-
 # %% ../notebooks/04_causal.ipynb #3607a635
 @patch
 def new_cache(self: CausalAttention, batch_size: int, max_length: int | None = None) -> KVCache:
@@ -188,6 +133,63 @@ def decode(
     q, k, v = self._qkv(x)  # each (B, NH, S_new, HS)
     k, v = cache.append(k, v)  # each (B, NH, S_total, HS): the only write, after every check
     return self._attend(q, k, v, mask, return_weights, is_causal=True)  # the last S_new rows of the triangle
+
+# %% ../notebooks/04_causal.ipynb #c542ddcb
+@patch
+def _check_kv(self: KVCache, k: Tensor, v: Tensor) -> None:
+    """`RuntimeError` for tensors that need gradients; `ValueError` for a batch or head shape that is not the
+    cache's or tokens that do not fit in `max_length`; `TypeError` for another dtype."""
+    for name, t in (("k", k), ("v", v)):
+        if t.ndim != 4 or t.shape[1] != self.num_heads or t.shape[3] != self.head_size or t.shape != k.shape:
+            expected = f"(B, NH, S_new, HS) = ({self.batch_size}, {self.num_heads}, S_new, {self.head_size})"
+            raise ValueError(f"{name} must have shape {expected}, the same for k and v, got {tuple(t.shape)}")
+        if t.dtype != self._keys.dtype:
+            raise TypeError(f"{name} must have the cache's dtype {self._keys.dtype}, got {t.dtype}")
+    if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
+        raise RuntimeError(
+            "KVCache writes keys and values in place and carries no gradients: "
+            "decode under torch.no_grad() or torch.inference_mode()"
+        )
+    self.check_room(k.shape[0], k.shape[2], name="k")
+
+
+@patch
+def check_room(self: KVCache, batch: int, new: int, name: str = "x") -> None:
+    """Raise `ValueError` unless `new` more tokens of a batch of `batch` sequences fit in this cache; `name` is the
+    argument the batch size comes from, for the message (`x` in `decode`, `k` in `append`)."""
+    if batch != self.batch_size:
+        raise ValueError(
+            f"{name} must have the batch size of the cache, B={self.batch_size}, got B={batch} "
+            "(one cache holds one batch: make a new cache for another batch)"
+        )
+    if self._length + new > self.max_length:
+        raise ValueError(
+            f"the cache holds at most max_length={self.max_length} tokens: it has S_cached={self._length} "
+            f"and S_new={new} more do not fit"
+        )
+
+# %% ../notebooks/04_causal.ipynb #b75a8006
+@patch
+def _check_decode(self: CausalAttention, x: Tensor, cache: KVCache) -> tuple[int, int]:
+    """Check x (B, S_new, C) and `cache` for `decode`; returns (B, S_new). `TypeError` when `cache` is not a
+    `KVCache` or a dtype differs from the layer's; `ValueError` when x or the cache is on another device than the
+    layer, the heads or batch differ from the cache's, S_total exceeds `context_size` or the cache's `max_length`,
+    or the `attn_impl` is unknown."""
+    if not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache (see CausalAttention.new_cache), got {type(cache).__name__}")
+    check_input(x, self.hidden_size, like=self.Wo.weight)
+    B, S, _ = x.shape
+    if (cache.num_heads, cache.head_size) != (self.num_heads, self.head_size):
+        raise ValueError(
+            f"cache must have (NH, HS) = {(self.num_heads, self.head_size)} like the layer, "
+            f"got {(cache.num_heads, cache.head_size)}"
+        )
+    check_like(cache._keys, self.Wo.weight, "cache")
+    self._check_length(len(cache), S)
+    cache.check_room(B, S)
+    if self.attn_impl not in attention_impls():
+        raise ValueError(f"attn_impl must be one of {attention_impls()}, got {self.attn_impl!r}")
+    return B, S
 
 # %% ../notebooks/04_causal.ipynb #d9809273
 @patch

@@ -421,7 +421,7 @@ def test_cache_misuse_raises_clear_errors_and_leaves_the_cache_alone():
     with torch.no_grad():
         layer.decode(torch.randn(2, 4, 8), cache)
         before = cache.keys.clone()
-        with pytest.raises(ValueError, match=r"batch size of the cache, B=2, got B=3"):
+        with pytest.raises(ValueError, match=r"^x must have the batch size of the cache, B=2, got B=3"):
             layer.decode(torch.randn(3, 1, 8), cache)
         with pytest.raises(ValueError, match=r"context_size.*6.*S=7.*S_cached=4 \+ S_new=3"):
             layer.decode(torch.randn(2, 3, 8), cache)
@@ -444,6 +444,8 @@ def test_cache_misuse_raises_clear_errors_and_leaves_the_cache_alone():
             cache.append(torch.randn(2, 2, 1, 5), torch.randn(2, 2, 1, 5))
         with pytest.raises(TypeError, match="dtype"):
             cache.append(torch.randn(2, 2, 1, 4, dtype=torch.float64), torch.randn(2, 2, 1, 4, dtype=torch.float64))
+        with pytest.raises(ValueError, match=r"^k must have the batch size of the cache, B=2, got B=3"):
+            cache.append(torch.randn(3, 2, 1, 4), torch.randn(3, 2, 1, 4))  # append names its own argument
     with pytest.raises(ValueError, match="max_length must be at most context_size=6, got 7"):
         layer.new_cache(2, max_length=7)
     with pytest.raises(RuntimeError, match="torch.no_grad"):

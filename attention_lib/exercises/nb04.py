@@ -90,8 +90,9 @@ def check_04_3(left_padded_positions) -> str:
         raise Hint(f"positions index an embedding table: return an integer tensor (e.g. torch.long), got {got.dtype}.")
     expected = mask.long().cumsum(-1) - 1  # (B, S)
     if torch.equal(got[mask], torch.arange(S).expand(len(lengths), S)[mask]):
-        raise Hint("the positions count the columns, so the first real token of a padded row gets 2 or 3. Count "
-                   "the real tokens only: the first real token must get position 0 (a cumulative sum of the mask).")
+        raise Hint("the positions count the columns, so the first real token of a padded row gets its column (2, 4 "
+                   "or 1 here). Count the real tokens only: the first real token must get position 0 (a cumulative "
+                   "sum of the mask).")
     if torch.equal(got[mask], (expected + 1)[mask]):
         raise Hint("the positions start at 1: the first real token must get position 0 (subtract 1).")
     if not torch.equal(got[mask], expected[mask]):
