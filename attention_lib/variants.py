@@ -185,9 +185,9 @@ class SlidingWindowCache:
         """The kept values, oldest first, (B, NKV, len(self), HS): a view of the storage."""
         return self._kept.values
 
-    def check_room(self, batch: int, new: int) -> None:
+    def check_room(self, batch: int, new: int, name: str = "x") -> None:
         """Raise `ValueError` unless the batch size is the cache's; there is always room (the oldest go)."""
-        self._kept.check_room(batch, 0)
+        self._kept.check_room(batch, 0, name)
 
 # %% ../notebooks/08_variants.ipynb #054f09b0
 @patch
@@ -218,7 +218,7 @@ def append(self: SlidingWindowCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tens
             raise TypeError(f"{name} must have the cache's dtype {self.keys.dtype}, got {t.dtype}")
     if torch.is_grad_enabled() and (k.requires_grad or v.requires_grad):
         raise RuntimeError("the cache carries no gradients: decode under torch.no_grad() or torch.inference_mode()")
-    self.check_room(k.shape[0], k.shape[2])
+    self.check_room(k.shape[0], k.shape[2], name="k")
     past = min(len(self), self.window - 1)  # the kept tokens a new query can still see
     keys = torch.cat([self.keys[:, :, len(self) - past :], k], dim=2)  # (B, NKV, past + S_new, HS), a new tensor
     values = torch.cat([self.values[:, :, len(self) - past :], v], dim=2)  # (B, NKV, past + S_new, HS)

@@ -460,7 +460,7 @@ def test_sliding_window_cache_refuses_bad_appends():
             cache.append(torch.randn(2, 3, 1, 4), torch.randn(2, 3, 2, 4))
         with pytest.raises(TypeError, match="dtype"):
             cache.append(torch.randn(2, 3, 1, 4, dtype=torch.float64), torch.randn(2, 3, 1, 4, dtype=torch.float64))
-        with pytest.raises(ValueError, match="batch size of the cache"):
+        with pytest.raises(ValueError, match="^k must have the batch size of the cache"):  # append's argument is k
             cache.append(torch.randn(3, 3, 1, 4), torch.randn(3, 3, 1, 4))
     with pytest.raises(RuntimeError, match="no_grad"):
         cache.append(torch.randn(2, 3, 1, 4, requires_grad=True), torch.randn(2, 3, 1, 4))
