@@ -125,6 +125,8 @@ class DecoderBlock(nn.Module):
         x = x + cross_attn(norm2(x), context, context_mask)   # CrossAttention over the encoder's output
         x = x + ffn(norm3(x))                                 # Linear(C, C_ff) -> ReLU -> Linear(C_ff, C)
 
+    context_size: the decoder's longest sequence, the size of notebook 04's causal layer; not the length S_kv of the
+    encoder's context, which the block accepts at any length.
     x: (B, S, C), S <= context_size; context: (B, S_kv, C_kv) (C_kv = kv_hidden_size, C by default); mask: the
     decoder's (B, S) padding mask, context_mask: the context's (B, S_kv) one (bool, True = real token). Returns
     (B, S, C). `dropout` acts on the attention weights, after each sub-layer and inside the FFN, in training only.
@@ -229,7 +231,11 @@ def load_from_torch(self: DecoderBlock, layer: nn.TransformerDecoderLayer) -> De
 # %% ../notebooks/05_cross.ipynb #798a2508
 @patch(cls_method=True)
 def from_torch(cls: DecoderBlock, layer: nn.TransformerDecoderLayer, context_size: int) -> DecoderBlock:
-    """A new block computing what `layer` computes (its sizes, dropout, LayerNorm eps, dtype, device and mode)."""
+    """A new block computing what `layer` computes (its sizes, dropout, LayerNorm eps, dtype, device and mode).
+
+    context_size: the decoder's longest sequence, as in `DecoderBlock` (PyTorch's layer has no such size); not the
+    length of the encoder's context.
+    """
     _check_torch_decoder_layer(layer)
     C, NH = layer.self_attn.embed_dim, layer.self_attn.num_heads
     block = cls(C, NH, layer.linear1.out_features, context_size, dropout=layer.dropout.p,
