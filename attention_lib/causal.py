@@ -19,11 +19,13 @@ class CausalAttention(BidirectionalAttention):
     """Multi-head causal self-attention (因果注意力): token i attends to tokens 0..i only.
 
     Same weights as `BidirectionalAttention`: Wqkv (C -> 3C, laid out [q | k | v]) and Wo (C -> C). `context_size`
-    is the longest sequence the layer accepts. No mask is stored: the causal rule is `is_causal=True` (SDPA's own
-    without a padding mask, else the triangle of the sequence at hand ANDed with the padding, out of place).
+    is the longest sequence the layer accepts. No mask is stored: the causal rule is `is_causal=True`, SDPA's own
+    when there is no mask and no weights are asked for; otherwise `attend` builds the triangle of the sequence at
+    hand and ANDs the mask into it, into a new tensor, never into a stored one.
 
     forward(x, mask=None, return_weights=False): x (B, S, C) with S <= context_size; mask: bool, True = may attend,
-    a (B, S) padding mask or anything broadcasting to (B, NH, S, S), ANDed with the causal mask. A query with no
+    a (B, S) padding mask, a (1, S, S) mask or a 4-D mask broadcasting to (B, NH, S, S) (a 3-D mask with a leading
+    axis other than 1 is refused: B and NH cannot be told apart), ANDed with the causal mask. A query with no
     visible key (left padding) gets zero weights, never NaN. Returns (B, S, C) [, weights (B, NH, S, S)].
     Generation: `cache = layer.new_cache(B)`, then `layer.decode(x_new, cache, mask)` under `torch.no_grad()`.
     """
@@ -103,37 +105,6 @@ def append(self: KVCache, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
     self._length = end
     return self.keys, self.values  # each (B, NH, S_cached + S_new, HS)
 
-# %% ../notebooks/04_causal.ipynb #3607a635
-@patch
-def new_cache(self: CausalAttention, batch_size: int, max_length: int | None = None) -> KVCache:
-    """An empty `KVCache` for `decode`: `batch_size` sequences of at most `max_length` tokens (default and
-    upper bound: `context_size`), with this layer's NH, HS, dtype and device."""
-    batch_size = check_size("batch_size", batch_size)
-    max_length = self.context_size if max_length is None else check_size("max_length", max_length)
-    if max_length > self.context_size:
-        raise ValueError(f"max_length must be at most context_size={self.context_size}, got {max_length}")
-    w = self.Wqkv.weight
-    return KVCache(batch_size, self.num_heads, self.head_size, max_length, dtype=w.dtype, device=w.device)
-
-
-@patch
-def decode(
-    self: CausalAttention, x: Tensor, cache: KVCache, mask: Tensor | None = None, return_weights: bool = False
-) -> Tensor | tuple[Tensor, Tensor]:
-    """Run S_new new tokens x (B, S_new, C) against the S_cached cached tokens and themselves, then cache them.
-
-    The new queries sit at positions S_cached..S_total - 1 (S_total = S_cached + S_new) and see the keys up to their
-    own position. mask: optional bool, True = may attend, a (B, S_total) padding mask over all tokens so far or
-    anything broadcasting to (B, NH, S_new, S_total). Returns (B, S_new, C) [, weights (B, NH, S_new, S_total)]:
-    the last S_new rows of `forward` on the whole sequence. Every check runs before the cache is written.
-    Run it under `torch.no_grad()`.
-    """
-    B, S = self._check_decode(x, cache)
-    mask = prepare_mask(mask, B, S, len(cache) + S, self.num_heads, device=x.device)  # (B, NH, S_new, S_total)-like
-    q, k, v = self._qkv(x)  # each (B, NH, S_new, HS)
-    k, v = cache.append(k, v)  # each (B, NH, S_total, HS): the only write, after every check
-    return self._attend(q, k, v, mask, return_weights, is_causal=True)  # the last S_new rows of the triangle
-
 # %% ../notebooks/04_causal.ipynb #c542ddcb
 @patch
 def _check_kv(self: KVCache, k: Tensor, v: Tensor) -> None:
@@ -167,6 +138,37 @@ def check_room(self: KVCache, batch: int, new: int, name: str = "x") -> None:
             f"the cache holds at most max_length={self.max_length} tokens: it has S_cached={self._length} "
             f"and S_new={new} more do not fit"
         )
+
+# %% ../notebooks/04_causal.ipynb #3607a635
+@patch
+def new_cache(self: CausalAttention, batch_size: int, max_length: int | None = None) -> KVCache:
+    """An empty `KVCache` for `decode`: `batch_size` sequences of at most `max_length` tokens (default and
+    upper bound: `context_size`), with this layer's NH, HS, dtype and device."""
+    batch_size = check_size("batch_size", batch_size)
+    max_length = self.context_size if max_length is None else check_size("max_length", max_length)
+    if max_length > self.context_size:
+        raise ValueError(f"max_length must be at most context_size={self.context_size}, got {max_length}")
+    w = self.Wqkv.weight
+    return KVCache(batch_size, self.num_heads, self.head_size, max_length, dtype=w.dtype, device=w.device)
+
+
+@patch
+def decode(
+    self: CausalAttention, x: Tensor, cache: KVCache, mask: Tensor | None = None, return_weights: bool = False
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Run S_new new tokens x (B, S_new, C) against the S_cached cached tokens and themselves, then cache them.
+
+    The new queries sit at positions S_cached..S_total - 1 (S_total = S_cached + S_new) and see the keys up to their
+    own position. mask: optional bool, True = may attend, a (B, S_total) padding mask over all tokens so far,
+    a (1, S_new, S_total) mask or a 4-D mask broadcasting to (B, NH, S_new, S_total). Returns (B, S_new, C) [, weights (B, NH, S_new, S_total)]:
+    the last S_new rows of `forward` on the whole sequence. Every check runs before the cache is written.
+    Run it under `torch.no_grad()`.
+    """
+    B, S = self._check_decode(x, cache)
+    mask = prepare_mask(mask, B, S, len(cache) + S, self.num_heads, device=x.device)  # (B, NH, S_new, S_total)-like
+    q, k, v = self._qkv(x)  # each (B, NH, S_new, HS)
+    k, v = cache.append(k, v)  # each (B, NH, S_total, HS): the only write, after every check
+    return self._attend(q, k, v, mask, return_weights, is_causal=True)  # the last S_new rows of the triangle
 
 # %% ../notebooks/04_causal.ipynb #b75a8006
 @patch
