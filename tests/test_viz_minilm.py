@@ -84,6 +84,8 @@ def test_notebook_06s_claims_hold_for_the_models_own_weights(reference, explorer
     assert torch.equal(top[2, 1:], torch.arange(S - 1))  # head 2: the previous token ...
     assert float(w0[2, torch.arange(1, S), torch.arange(S - 1)].min()) >= 0.9  # ... with at least 0.9 of the weight
     assert [h for h in range(12) if bool((top[h] == 0).all())] == [1, 6, 7, 11]  # every row peaks on [CLS]
+    assert [h for h in range(12) if w0[h, :, 0].mean() <= 0.2] == [0, 2, 3]  # the others give [CLS] more than 1/5
+    assert tokens[int(top[9, 0])] == "[SEP]"  # head 9's [CLS] row peaks on [SEP]
     aside = w0.clone()
     aside[:, :, [0, S - 1]], aside[:, range(S), range(S)] = 0, 0
     repeated = [i for i in range(S) if tokens.count(tokens[i]) > 1]
@@ -93,3 +95,5 @@ def test_notebook_06s_claims_hold_for_the_models_own_weights(reference, explorer
     assert on_cls[0] < 0.3 and bool((on_cls[1:5] > 0.5).all()) and on_cls[5] < 0.35
     assert bool((on_cls > 2 * on_sep).all())
     assert entropy[0] > entropy[1:5].max() and entropy[5] > entropy[1:5].max()
+    sharp = reference.amax(-1).mean((1, 2))  # (L,): a row's largest weight, on average
+    assert sharp[0] < sharp[1:5].min() and sharp[5] < sharp[1:5].min()

@@ -8,7 +8,8 @@ One picture style for the whole series, static and interactive (`attention_lib.v
   something (`shows_mask`);
 - weights: WEIGHTS_CMAP "Blues" from vmin 0 to vmax = the largest weight shown (`weights_norm`), a colour bar labelled
   "attention weight", hidden cells in the mask's grey; values written in the cells of a table while S, S_kv <= 10
-  (`writes_values`; up to 6 in plot_view's three tables), never in the grids of all heads nor in the lines;
+  (`writes_values`; up to 6 in plot_view's three tables), never in the grids of all heads; the lines show a value
+  only on hover;
 - a bias a layer adds to its scores (ALiBi, notebook 08): BIAS_CMAP "Purples_r" from its most negative visible value
   to 0 (`bias_norm`), its own colour bar "ALiBi bias", hidden cells grey.
 
