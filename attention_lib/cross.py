@@ -75,7 +75,7 @@ def project_context(self: CrossAttention, context: Tensor) -> ContextKV:
         for t in ...:
             y_t = layer(x_t, kv, mask=src_mask)   # reuses kv.k and kv.v
     """
-    self._check_context(context)
+    self._check_context(context, takes_projected=False)
     return self._project(context)
 
 
@@ -84,18 +84,24 @@ def _project(self: CrossAttention, context: Tensor) -> ContextKV:
     """(B, S_kv, C_kv) -> k, v, each (B, NH, S_kv, HS), from one fused matrix multiply."""
     B, S_kv, _ = context.shape
     kv = self.Wkv(context).reshape(B, S_kv, 2, self.num_heads, self.head_size)  # (B, S_kv, 2, NH, HS)
-    k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # 2 x (B, NH, S_kv, HS)
+    k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # (2, B, NH, S_kv, HS) -> 2 x (B, NH, S_kv, HS)
     return ContextKV(k, v)
 
 # %% ../notebooks/05_cross.ipynb #d6607757
 @patch
-def _check_context(self: CrossAttention, context: Tensor) -> None:
-    """The context must be a tensor (B, S_kv, C_kv) with C_kv = kv_hidden_size, of the layer's dtype and device."""
+def _check_context(self: CrossAttention, context: Tensor, takes_projected: bool = True) -> None:
+    """The context must be a tensor (B, S_kv, C_kv) with C_kv = kv_hidden_size, of the layer's dtype and device.
+
+    takes_projected: whether the caller also accepts a ContextKV (forward does, project_context does not).
+    """
     if isinstance(context, tuple):
-        raise TypeError(
-            f"context must be a tensor (B, S_kv, {self.kv_hidden_size}) or the ContextKV that project_context "
-            f"returns, got a {type(context).__name__}"
-        )
+        expected = f"a tensor (B, S_kv, {self.kv_hidden_size})"
+        if takes_projected:
+            expected += " or the ContextKV that project_context returns"
+        elif isinstance(context, ContextKV):
+            raise TypeError(f"project_context takes the context tensor (B, S_kv, {self.kv_hidden_size}), got a "
+                            "ContextKV: it is projected already, pass it to the layer in place of the context")
+        raise TypeError(f"context must be {expected}, got a {type(context).__name__}")
     if isinstance(context, Tensor) and context.ndim == 3 and context.shape[-1] != self.kv_hidden_size:
         raise ValueError(
             f"context must have shape (B, S_kv, kv_hidden_size) = (B, S_kv, {self.kv_hidden_size}), "

@@ -523,3 +523,13 @@ def test_project_context_checks_its_input():
     layer, _, _ = bad_case_layer()
     with pytest.raises(ValueError, match=r"context must have shape \(B, S_kv, kv_hidden_size\) = \(B, S_kv, 12\)"):
         layer.project_context(torch.randn(2, 5, 8))
+
+
+def test_project_context_refuses_a_projected_context_and_says_so():
+    layer, _, context = bad_case_layer()
+    kv = layer.project_context(context)
+    with pytest.raises(TypeError, match=r"project_context takes the context tensor \(B, S_kv, 12\), got a ContextKV: "
+                                        r"it is projected already"):
+        layer.project_context(kv)
+    with pytest.raises(TypeError, match=r"^context must be a tensor \(B, S_kv, 12\), got a tuple$"):
+        layer.project_context(tuple(kv))
