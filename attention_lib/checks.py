@@ -105,11 +105,7 @@ def _scores_shape(batch: int, q_len: int, kv_len: int, num_heads: int | None) ->
 
 # %% ../notebooks/01_single_head_init.ipynb #36aebcc0
 def prepare_mask(
-    mask: Tensor | None,
-    batch: int,
-    q_len: int,
-    kv_len: int,
-    num_heads: int | None = None,
+    mask: Tensor | None, batch: int, q_len: int, kv_len: int, num_heads: int | None = None,
     device: torch.device | None = None,
 ) -> Tensor | None:
     """Validate a boolean mask (True = may attend) and shape it to broadcast against the scores.
