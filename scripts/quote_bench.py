@@ -90,7 +90,7 @@ def _ms(values: list[float]) -> str:
 
 
 def _load_sentence(env: dict) -> str:
-    load = env["load_average_1_5_15_min"][0]
+    load, load5, load15 = env["load_average_1_5_15_min"]
     cpus = env["logical_cpus"]
     if load > 2 * cpus:
         state = ("heavily loaded", "single timings vary a lot between rounds, so read each time ratio with its "
@@ -99,8 +99,11 @@ def _load_sentence(env: dict) -> str:
         state = ("loaded", "timings vary between rounds, so read each time ratio with its interquartile range")
     else:
         state = ("lightly loaded", "the interquartile ranges show how much the rounds still varied")
-    return (f"The machine was {state[0]} when this run started (load average {load:.2f} on {cpus} logical CPUs): "
-            f"{state[1]}.")
+    before = ""
+    if load <= cpus < max(load5, load15):  # light now, busy just before: the minute's average alone would mislead
+        before = f", after a busier spell: {load5:.2f} over 5 minutes, {load15:.2f} over 15"
+    return (f"The machine was {state[0]} when this run started (load average {load:.2f} over the last minute on "
+            f"{cpus} logical CPUs{before}): {state[1]}.")
 
 
 def table(run: Run, prefix: str, link: str) -> str:

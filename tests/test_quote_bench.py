@@ -63,7 +63,7 @@ def tree(tmp_path):
 def test_writes_environment_load_and_rows_then_check_passes(tree):
     text = (tree / "README.md").read_text()
     assert "[`2026-01-01-aaa`](benchmarks/results/2026-01-01-aaa.md)" in text
-    assert "load average 0.10 on 2 logical CPUs" in text
+    assert "load average 0.10 over the last minute on 2 logical CPUs)" in text  # no busier spell before it
     assert "| causal forward S=8 | 3 | 2.00 [1.50–2.50] | 4.00 [4.00–4.00] | 0.50 [0.25–0.75] | 0.25–0.75 |" in text
     assert text.startswith("text\n") and text.endswith("<!-- /bench -->\nmore\n")
     assert quote_bench.main(["--root", str(tree), "--check"]) == 0
@@ -120,3 +120,11 @@ def test_notebook_markdown_cells_are_filled_and_code_cells_left_alone(tree):
     assert cells[1]["source"] == [marker]
     shutil.rmtree(tree / "benchmarks")
     assert quote_bench.main(["--root", str(tree), "--check"]) == 1  # nothing recorded: nothing to quote
+
+
+def test_the_load_sentence_says_when_the_machine_was_busy_just_before():
+    env = {"logical_cpus": 2, "load_average_1_5_15_min": [0.78, 2.60, 3.42]}
+    sentence = quote_bench._load_sentence(env)
+    assert "lightly loaded" in sentence and "after a busier spell: 2.60 over 5 minutes, 3.42 over 15)" in sentence
+    env["load_average_1_5_15_min"] = [6.2, 6.3, 5.2]
+    assert "heavily loaded" in quote_bench._load_sentence(env) and "busier" not in quote_bench._load_sentence(env)
