@@ -14,7 +14,7 @@ from torch import Tensor, nn
 from .bidirectional import AttentionBase
 from .causal import KVCache
 from .checks import check_input, check_like, check_size, prepare_mask
-from .functional import attend, attention_impls, causal_mask, check_attention_mask
+from .functional import attend, attention_impls, causal_mask, check_attention_mask, masked_softmax
 
 # %% auto #0
 __all__ = ['kv_cache_bytes', 'repeat_kv', 'rope_cos_sin', 'rotate_half', 'apply_rope', 'alibi_slopes', 'alibi_bias',
@@ -126,8 +126,7 @@ def attend_with_bias(
         has_key = mask.any(dim=-1, keepdim=True)  # (..., S, 1)
         bias = bias.masked_fill(~mask, float("-inf")).masked_fill(~has_key, 0.0)  # (..., S, S_kv), finite rows
     if attn_impl == "explicit":
-        weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias).softmax(dim=-1)  # (..., S, S_kv)
-        weights = weights if mask is None else weights.masked_fill(~has_key, 0.0)  # (..., S, S_kv)
+        weights = masked_softmax(q @ k.transpose(-2, -1) / math.sqrt(q.size(-1)) + bias, mask)  # (..., S, S_kv)
         context = F.dropout(weights, p=dropout_p) @ v if dropout_p > 0 else weights @ v  # (..., S, HS)
     else:
         weights = None
