@@ -11,46 +11,11 @@ from fastcore.basics import patch
 from torch import Tensor, nn
 
 from .bidirectional import AttentionBase, _check_torch_mha
-from .causal import CausalAttention
+from .causal import CausalAttention, KVCache
 from .checks import check_input, check_like, check_probability, check_same_batch, check_size, prepare_mask
 
 # %% auto #0
-__all__ = ['DecoderBlock', 'ContextKV', 'CrossAttention']
-
-# %% ../notebooks/05_cross.ipynb #6ddeb8d2
-class DecoderBlock(nn.Module):
-    """A pre-norm Transformer decoder block (解码器块): causal self-attention, cross attention, a feed-forward network.
-
-        x = x + self_attn(norm1(x), mask)                     # CausalAttention over the decoder's tokens
-        x = x + cross_attn(norm2(x), context, context_mask)   # CrossAttention over the encoder's output
-        x = x + ffn(norm3(x))                                 # Linear(C, C_ff) -> ReLU -> Linear(C_ff, C)
-
-    context_size: the decoder's longest sequence, the size of notebook 04's causal layer; not the length S_kv of the
-    encoder's context, which the block accepts at any length.
-    x: (B, S, C), S <= context_size; context: (B, S_kv, C_kv) (C_kv = kv_hidden_size, C by default); mask: the
-    decoder's (B, S) padding mask, context_mask: the context's (B, S_kv) one (bool, True = real token). Returns
-    (B, S, C). `dropout` acts on the attention weights, after each sub-layer and inside the FFN, in training only.
-    C_ff = ffn_size is the feed-forward width. Computes what
-    `nn.TransformerDecoderLayer(C, NH, C_ff, dropout, norm_first=True, batch_first=True)` computes.
-    """
-
-    def __init__(self, hidden_size: int, num_heads: int, ffn_size: int, context_size: int,
-                 kv_hidden_size: int | None = None, dropout: float = 0.0, bias: bool = True, eps: float = 1e-5):
-        super().__init__()
-        C, p = check_size("hidden_size", hidden_size), check_probability("dropout", dropout)
-        ffn_size = check_size("ffn_size", ffn_size)
-        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(C, eps=eps, bias=bias) for _ in range(3))
-        self.self_attn = CausalAttention(C, num_heads, context_size, attn_drop=p, out_drop=p, bias=bias)
-        self.cross_attn = CrossAttention(C, num_heads, kv_hidden_size, attn_drop=p, out_drop=p, bias=bias)
-        self.ffn = nn.Sequential(
-            nn.Linear(C, ffn_size, bias=bias), nn.ReLU(), nn.Dropout(p), nn.Linear(ffn_size, C, bias=bias), nn.Dropout(p)
-        )
-
-    def forward(self, x: Tensor, context: Tensor, mask: Tensor | None = None,
-                context_mask: Tensor | None = None) -> Tensor:
-        x = x + self.self_attn(self.norm1(x), mask)  # (B, S, C)
-        x = x + self.cross_attn(self.norm2(x), context, context_mask)  # (B, S, C)
-        return x + self.ffn(self.norm3(x))  # (B, S, C)
+__all__ = ['ContextKV', 'CrossAttention', 'DecoderBlock']
 
 # %% ../notebooks/05_cross.ipynb #37e38f89
 class ContextKV(NamedTuple):
@@ -156,6 +121,72 @@ def _check_cached(self: CrossAttention, kv: ContextKV) -> None:
         check_like(t, self.Wo.weight, name)
     if kv.k.shape != kv.v.shape:
         raise ValueError(f"context.k and context.v must have the same shape, got {tuple(kv.k.shape)} and {tuple(kv.v.shape)}")
+
+# %% ../notebooks/05_cross.ipynb #6ddeb8d2
+class DecoderBlock(nn.Module):
+    """A pre-norm Transformer decoder block (解码器块): causal self-attention, cross attention, a feed-forward network.
+
+        x = x + self_attn(norm1(x), mask)                     # CausalAttention over the decoder's tokens
+        x = x + cross_attn(norm2(x), context, context_mask)   # CrossAttention over the encoder's output
+        x = x + ffn(norm3(x))                                 # Linear(C, C_ff) -> ReLU -> Linear(C_ff, C)
+
+    context_size: the decoder's longest sequence, the size of notebook 04's causal layer; not the length S_kv of the
+    encoder's context, which the block accepts at any length.
+    x: (B, S, C), S <= context_size; context: (B, S_kv, C_kv) (C_kv = kv_hidden_size, C by default); mask: the
+    decoder's (B, S) padding mask, context_mask: the context's (B, S_kv) one (bool, True = real token). Returns
+    (B, S, C). `dropout` acts on the attention weights, after each sub-layer and inside the FFN, in training only.
+    C_ff = ffn_size is the feed-forward width. With kv_hidden_size = C it computes
+    what `nn.TransformerDecoderLayer(C, NH, C_ff, dropout, norm_first=True, batch_first=True)` computes when that
+    layer's `tgt_mask` is the causal mask. `decode` runs it one generation step at a time.
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, ffn_size: int, context_size: int,
+                 kv_hidden_size: int | None = None, dropout: float = 0.0, bias: bool = True, eps: float = 1e-5):
+        super().__init__()
+        C, p = check_size("hidden_size", hidden_size), check_probability("dropout", dropout)
+        ffn_size = check_size("ffn_size", ffn_size)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(C, eps=eps, bias=bias) for _ in range(3))
+        self.self_attn = CausalAttention(C, num_heads, context_size, attn_drop=p, out_drop=p, bias=bias)
+        self.cross_attn = CrossAttention(C, num_heads, kv_hidden_size, attn_drop=p, out_drop=p, bias=bias)
+        self.ffn = nn.Sequential(
+            nn.Linear(C, ffn_size, bias=bias), nn.ReLU(), nn.Dropout(p), nn.Linear(ffn_size, C, bias=bias), nn.Dropout(p)
+        )
+
+    def forward(self, x: Tensor, context: Tensor, mask: Tensor | None = None,
+                context_mask: Tensor | None = None) -> Tensor:
+        check_input(x, self.self_attn.hidden_size, like=self.self_attn.Wo.weight)  # before norm1 reads it
+        x = x + self.self_attn(self.norm1(x), mask)  # (B, S, C)
+        x = x + self.cross_attn(self.norm2(x), context, context_mask)  # (B, S, C)
+        return x + self.ffn(self.norm3(x))  # (B, S, C)
+
+# %% ../notebooks/05_cross.ipynb #7f03ad59
+@patch
+def new_cache(self: DecoderBlock, batch_size: int, max_length: int | None = None) -> KVCache:
+    """An empty `KVCache` for `decode`, the keys and values of the block's causal self-attention
+    (`CausalAttention.new_cache`: at most `context_size` tokens)."""
+    return self.self_attn.new_cache(batch_size, max_length)
+
+
+@patch
+def decode(self: DecoderBlock, x: Tensor, cache: KVCache, context: Tensor | ContextKV, mask: Tensor | None = None,
+           context_mask: Tensor | None = None) -> Tensor:
+    """One generation step: S_new new decoder tokens x (B, S_new, C) after the cached ones; returns (B, S_new, C),
+    the last S_new rows of `forward` on the whole sequence.
+
+    cache: this block's `new_cache`, which grows by S_new. context: the (B, S_kv, C_kv) tensor or, projected once for
+    every step, `self.cross_attn.project_context(context)`. mask: the (B, S_total) padding mask of every decoder
+    token so far, as `CausalAttention.decode` takes it; context_mask: the context's (B, S_kv). Run it under
+    `torch.no_grad()`. A refused input leaves the cache as it was.
+    """
+    check_input(x, self.self_attn.hidden_size, like=self.self_attn.Wo.weight)
+    cached = len(cache)
+    x = x + self.self_attn.decode(self.norm1(x), cache, mask)  # (B, S_new, C); the cache grows by S_new
+    try:
+        x = x + self.cross_attn(self.norm2(x), context, context_mask)  # (B, S_new, C)
+    except (TypeError, ValueError):
+        cache.crop(cached)  # a refused context or context_mask: undo the self-attention's step
+        raise
+    return x + self.ffn(self.norm3(x))  # (B, S_new, C)
 
 # %% ../notebooks/05_cross.ipynb #873e0cd4
 @patch

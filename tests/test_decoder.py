@@ -114,3 +114,61 @@ def test_bad_arguments(kwargs, error):
     args = {"hidden_size": 8, "num_heads": 2, "ffn_size": 16, "context_size": 4, **kwargs}
     with pytest.raises(error):
         DecoderBlock(**args)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("projected", [False, True])
+@pytest.mark.parametrize("impl", ["sdpa", "explicit"])
+def test_decode_step_by_step_equals_forward(padded, projected, impl):
+    """A 2-token prompt in one call, then one token per call: the rows of forward on the whole sequence."""
+    torch.manual_seed(0)
+    B, S, S_kv, C, NH = 2, 6, 5, 16, 4
+    block = DecoderBlock.from_torch(torch_layer(C, NH, 32), context_size=8)
+    block.self_attn.attn_impl = block.cross_attn.attn_impl = impl
+    x, context = torch.randn(B, S, C), torch.randn(B, S_kv, C)
+    mask = padding_mask([S, 4], S) if padded else None  # (B, S): the decoder's padding
+    context_mask = padding_mask([S_kv, 2], S_kv) if padded else None  # (B, S_kv)
+    with torch.no_grad():
+        full = block(x, context, mask, context_mask)  # (B, S, C)
+        cache = block.new_cache(B)
+        kv = block.cross_attn.project_context(context) if projected else context
+        bounds = [0, 2, *range(3, S + 1)]
+        steps = [
+            block.decode(x[:, a:b], cache, kv, None if mask is None else mask[:, :b], context_mask)
+            for a, b in zip(bounds, bounds[1:], strict=False)
+        ]
+    out = torch.cat(steps, dim=1)  # (B, S, C)
+    real = torch.ones(B, S, dtype=torch.bool) if mask is None else mask
+    assert len(cache) == S
+    torch.testing.assert_close(out[real], full[real], atol=1e-5, rtol=1e-5)
+
+
+def test_decode_refusing_its_context_leaves_the_cache_as_it_was():
+    block = DecoderBlock(8, 2, 16, context_size=6).eval()
+    cache = block.new_cache(1)
+    with torch.no_grad():
+        block.decode(torch.randn(1, 2, 8), cache, torch.randn(1, 3, 8))
+        snapshot = cache.keys.clone()  # (1, NH, 2, HS)
+        for context, context_mask in [
+            (torch.randn(1, 3, 5), None),  # another width
+            (torch.randn(2, 3, 8), None),  # another batch
+            (torch.randn(1, 3, 8), torch.ones(1, 4, dtype=torch.bool)),  # a mask of another length
+            (torch.randn(1, 3, 8), torch.ones(1, 3)),  # a float mask
+        ]:
+            with pytest.raises((TypeError, ValueError)):
+                block.decode(torch.randn(1, 1, 8), cache, context, context_mask=context_mask)
+            assert len(cache) == 2
+        assert torch.equal(cache.keys, snapshot)
+        block.decode(torch.randn(1, 1, 8), cache, torch.randn(1, 3, 8))  # and it goes on
+    assert len(cache) == 3
+
+
+def test_forward_and_decode_name_a_wrong_width():
+    block = DecoderBlock(8, 2, 16, context_size=6).eval()
+    x, context = torch.randn(1, 2, 6), torch.randn(1, 3, 8)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, S, 8\)"):
+        block(x, context)
+    cache = block.new_cache(1)
+    with pytest.raises(ValueError, match=r"x must have shape \(B, S, 8\)"):
+        block.decode(x, cache, context)
+    assert len(cache) == 0
