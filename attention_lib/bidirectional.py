@@ -68,8 +68,8 @@ class BidirectionalAttention(AttentionBase):
 
     Wqkv: (C -> 3C), laid out [q | k | v], each split into NH heads of HS; Wo: (C -> C).
     x: (B, S, C); mask: bool, True = may attend, (B, S) padding mask or broadcasting to (B, NH, S, S); a 3-D mask
-    must be (1, S, S), one table for every sequence and head (`prepare_mask` refuses any other: (B, S, S) and
-    (NH, S, S) cannot be told apart).
+    must start with 1, (1, S, S) or broadcasting to it: one table for every sequence and head (`prepare_mask`
+    refuses any other: (B, S, S) and (NH, S, S) cannot be told apart).
     Returns (B, S, C), or (out, weights (B, NH, S, S)) with `return_weights=True`.
     `from_torch(mha)` builds one from the weights of a batch-first `nn.MultiheadAttention`.
     """
