@@ -19,22 +19,28 @@ def cross_attention(x, context, Wq, Wkv, Wo, num_heads, context_mask):
     return _cross(x, context, Wq, Wkv, Wo, num_heads, context_mask)
 
 
-def block_forward(block, x, context):
-    x = x + block.self_attn(block.norm1(x))  # (B, S, C)
-    x = x + block.cross_attn(block.norm2(x), context)  # (B, S, C)
-    return x + block.ffn(block.norm3(x))  # (B, S, C)
+def post_norm_block(block, x, context):
+    x = block.norm1(x + block.self_attn(x))  # (B, S, C)
+    x = block.norm2(x + block.cross_attn(x, context))  # (B, S, C)
+    return block.norm3(x + block.ffn(x))  # (B, S, C)
 
 
-def block_forward_post_norm(block, x, context):
+def post_norm_block_as_pre_norm(block, x, context):
+    x = x + block.self_attn(block.norm1(x))
+    x = x + block.cross_attn(block.norm2(x), context)
+    return x + block.ffn(block.norm3(x))
+
+
+def post_norm_block_without_residual(block, x, context):
+    x = block.norm1(block.self_attn(x))
+    x = block.norm2(block.cross_attn(x, context))
+    return block.norm3(block.ffn(x))
+
+
+def post_norm_block_last_norm_missing(block, x, context):
     x = block.norm1(x + block.self_attn(x))
     x = block.norm2(x + block.cross_attn(x, context))
-    return block.norm3(x + block.ffn(x))
-
-
-def block_forward_without_residual(block, x, context):
-    x = block.self_attn(block.norm1(x))
-    x = block.cross_attn(block.norm2(x), context)
-    return block.ffn(block.norm3(x))
+    return x + block.ffn(x)
 
 
 def decode_queries(layer, x, context):
@@ -48,7 +54,7 @@ def decode_queries_projecting_every_step(layer, x, context):
 
 SOLUTIONS = {
     "check_05_1": cross_attention,
-    "check_05_2": block_forward,
+    "check_05_2": post_norm_block,
     "check_05_3": decode_queries,
 }
 
@@ -58,8 +64,9 @@ WRONG = {
         (lambda x, c, Wq, Wkv, Wo, NH, m: _cross(x, c, Wq, Wkv, Wo, NH, torch.ones_like(m)), "padding is not masked"),
     ],
     "check_05_2": [
-        (block_forward_post_norm, "post-norm"),
-        (block_forward_without_residual, "no residual"),
+        (post_norm_block_as_pre_norm, "pre-norm"),
+        (post_norm_block_without_residual, "no residual"),
+        (post_norm_block_last_norm_missing, "not normalised"),
         (lambda block, x, context: block(x, context), "from its parts"),
     ],
     "check_05_3": [

@@ -54,51 +54,49 @@ def check_05_1(cross_attention) -> str:
 
 
 @grader("05.2")
-def check_05_2(block_forward) -> str:
-    """block_forward(block, x, context) -> block(x, context), from the block's parts."""
-    from attention_lib import DecoderBlock
+def check_05_2(post_norm_block) -> str:
+    """post_norm_block(block, x, context) -> the 2017 order, x = norm(x + f(x)), from the block's parts."""
+    from attention_lib import DecoderBlock, causal_mask
 
     torch.manual_seed(0)
-    block = DecoderBlock(16, 4, 32, context_size=6).eval()
-    with torch.no_grad():
-        for norm in (block.norm1, block.norm2, block.norm3):  # norms that are not the identity, so order shows
+    torch_layer = nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, norm_first=True, batch_first=True).eval()
+    with torch.no_grad():  # norms that are not the identity, so that their place shows
+        for norm in (torch_layer.norm1, torch_layer.norm2, torch_layer.norm3):
             norm.weight.uniform_(0.5, 1.5), norm.bias.uniform_(-0.5, 0.5)
+    block = DecoderBlock.from_torch(torch_layer, context_size=6)  # the same weights
+    torch_layer.norm_first = False  # PyTorch's post-norm layer, which the block's parts must reproduce
     x, context = torch.randn(2, 5, 16), torch.randn(2, 7, 16)  # (B, S, C), (B, S_kv, C)
     with torch.no_grad():
-        expected = block(x, context)  # (B, S, C)
+        expected = torch_layer(x, context, tgt_mask=~causal_mask(5)[0], tgt_is_causal=True)  # (B, S, C)
 
         def refuse(*args, **kwargs):
-            raise Hint("compute the block from its parts (norm1..3, self_attn, cross_attn, ffn), not with block(...)")
+            raise Hint("compute the block from its parts (norm1..3, self_attn, cross_attn, ffn), not with block(...): "
+                       "block(...) is the pre-norm order")
 
         block.forward = refuse
         try:
-            got = block_forward(block, x.clone(), context.clone())
+            got = post_norm_block(block, x.clone(), context.clone())
         finally:
             del block.forward
         got = expect_shape(expect_tensor(got, "the output"), (2, 5, 16), "the output").detach()
         b = block
-        post = b.norm1(x + b.self_attn(x))
-        post = b.norm2(post + b.cross_attn(post, context))
-        post = b.norm3(post + b.ffn(post))  # (B, S, C): post-norm
-        if torch.allclose(got, post, atol=1e-5):
-            raise Hint("that is the post-norm block, norm(x + f(x)). Pre-norm normalises each sub-layer's input and "
-                       "adds the residual unnormalised: x = x + f(norm(x)).")
-        h = b.norm1(x)
-        h = h + b.self_attn(h)
-        h2 = b.norm2(h)
-        h2 = h2 + b.cross_attn(h2, context)
-        h3 = b.norm3(h2)
-        if torch.allclose(got, h3 + b.ffn(h3), atol=1e-5):
-            raise Hint("the residual carries norm(x) instead of x: add the sub-layer's output to x itself, "
-                       "x = x + f(norm(x)).")
-        h = b.self_attn(b.norm1(x))
-        h = b.cross_attn(b.norm2(h), context)
-        if torch.allclose(got, b.ffn(b.norm3(h)), atol=1e-5):
-            raise Hint("there is no residual connection: each sub-layer's output is added to its input, "
-                       "x = x + f(norm(x)).")
-    expect_close(got, expected, "the output", why="Three steps, each x = x + f(norm_i(x)): self_attn, cross_attn "
-                 "(with the context), ffn.")
-    return "pre-norm, three residual sub-layers, in order."
+        h = x + b.self_attn(b.norm1(x))
+        h = h + b.cross_attn(b.norm2(h), context)
+        if torch.allclose(got, h + b.ffn(b.norm3(h)), atol=1e-5):
+            raise Hint("that is the pre-norm block of the main path, x + f(norm(x)). Post-norm adds first and "
+                       "normalises the sum: x = norm(x + f(x)).")
+        h = b.norm1(b.self_attn(x))
+        h = b.norm2(b.cross_attn(h, context))
+        if torch.allclose(got, b.norm3(b.ffn(h)), atol=1e-5):
+            raise Hint("there is no residual connection: add each sub-layer's input to its output before the norm, "
+                       "x = norm(x + f(x)).")
+        h = b.norm1(x + b.self_attn(x))
+        h = b.norm2(h + b.cross_attn(h, context))
+        if torch.allclose(got, h + b.ffn(h), atol=1e-5):
+            raise Hint("the last sub-layer is not normalised: the feed-forward step is norm3(x + ffn(x)) too.")
+    expect_close(got, expected, "the output", why="Three steps, each x = norm_i(x + f(x)): self_attn, cross_attn "
+                 "(with the context), ffn; the grader compares with nn.TransformerDecoderLayer(norm_first=False).")
+    return "post-norm, as in the 2017 Transformer and nn.TransformerDecoderLayer(norm_first=False)."
 
 
 @grader("05.3")
