@@ -15,8 +15,8 @@ def decode_mask(S_new, S_total):
     return torch.ones(S_new, S_total, dtype=torch.bool).tril(diagonal=S_total - S_new)  # (S_new, S_total)
 
 
-def left_padded_positions(mask):
-    return (mask.long().cumsum(-1) - 1).clamp(min=0)  # (B, S)
+def next_positions(mask, S_new):
+    return mask.long().sum(-1, keepdim=True) + torch.arange(S_new)  # (B, S_new): n, n + 1, ... per row
 
 
 def generate(layer, prompt, steps):
@@ -48,7 +48,7 @@ def generate_without_cache(layer, prompt, steps):
 SOLUTIONS = {
     "check_04_1": average_past,
     "check_04_2": decode_mask,
-    "check_04_3": left_padded_positions,
+    "check_04_3": next_positions,
     "check_04_4": generate,
 }
 
@@ -63,8 +63,10 @@ WRONG = {
         (lambda S_new, S_total: ~decode_mask(S_new, S_total), "may attend"),
     ],
     "check_04_3": [
-        (lambda mask: torch.arange(mask.shape[1]).expand(mask.shape), "first real token"),
-        (lambda mask: mask.long().cumsum(-1), "start at 1"),
+        (lambda mask, n: mask.shape[1] + torch.arange(n).expand(len(mask), n), "columns"),
+        (lambda mask, n: mask.long().sum(-1, keepdim=True) - 1 + torch.arange(n), "off by one"),
+        (lambda mask, n: mask.long().sum(-1, keepdim=True).expand(len(mask), n), "consecutive"),
+        (lambda mask, n: (mask.sum(-1, keepdim=True) + torch.arange(n)).float(), "integer"),
     ],
     "check_04_4": [
         (generate_forgetting_the_prompt, "prompt"),

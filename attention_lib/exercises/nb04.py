@@ -79,25 +79,28 @@ def check_04_2(decode_mask) -> str:
 
 
 @grader("04.3")
-def check_04_3(left_padded_positions) -> str:
-    """left_padded_positions(mask (B, S) left padding, True = real) -> (B, S) ints, real tokens numbered 0, 1, ..."""
-    lengths = torch.tensor([5, 3, 1, 4])
-    S = 5
-    mask = torch.arange(S)[None, :] >= (S - lengths)[:, None]  # (B, S): left padding
-    got = expect_shape(expect_tensor(left_padded_positions(mask.clone()), "the positions"), tuple(mask.shape),
+def check_04_3(next_positions) -> str:
+    """next_positions(mask (B, S_total) left padding, True = real, S_new) -> (B, S_new) ints: the new tokens' ids."""
+    lengths = torch.tensor([5, 3, 1, 4])  # real tokens so far, per row
+    S_total, S_new = 5, 3
+    mask = torch.arange(S_total)[None, :] >= (S_total - lengths)[:, None]  # (B, S_total): left padding
+    got = expect_shape(expect_tensor(next_positions(mask.clone(), S_new), "the positions"), (len(lengths), S_new),
                        "the positions")
     if got.is_floating_point() or got.dtype == torch.bool:
         raise Hint(f"positions index an embedding table: return an integer tensor (e.g. torch.long), got {got.dtype}.")
-    expected = mask.long().cumsum(-1) - 1  # (B, S)
-    if torch.equal(got[mask], torch.arange(S).expand(len(lengths), S)[mask]):
-        raise Hint("the positions count the columns, so the first real token of a padded row gets its column (2, 4 "
-                   "or 1 here). Count the real tokens only: the first real token must get position 0 (a cumulative "
-                   "sum of the mask).")
-    if torch.equal(got[mask], (expected + 1)[mask]):
-        raise Hint("the positions start at 1: the first real token must get position 0 (subtract 1).")
-    if not torch.equal(got[mask], expected[mask]):
-        raise Hint(f"on the real tokens the positions should be {[r[m].tolist() for r, m in zip(expected, mask, strict=True)]}.")
-    return "the real tokens of every row are numbered from 0, wherever the padding ends."
+    expected = lengths[:, None] + torch.arange(S_new)  # (B, S_new): each row goes on from its own count
+    if torch.equal(got, torch.full_like(got, S_total) + torch.arange(S_new)):
+        raise Hint(f"these are the columns the new tokens land in ({S_total}, {S_total + 1}, ...), the same for every "
+                   "row. Count each row's real tokens instead: a row with 3 real tokens goes on at position 3.")
+    if torch.equal(got, expected - 1):
+        raise Hint("off by one: a row with n real tokens used positions 0..n-1, so its next token is at position n.")
+    if torch.equal(got, expected + 1):
+        raise Hint("off by one: a row with n real tokens used positions 0..n-1, so its next token is at n, not n + 1.")
+    if torch.equal(got[:, :1].expand_as(got), got):
+        raise Hint("every new token of a row got the same position: the S_new new tokens are consecutive, n, n + 1, ...")
+    if not torch.equal(got, expected):
+        raise Hint(f"the positions should be {expected.tolist()} for rows with {lengths.tolist()} real tokens.")
+    return "each row goes on from its own number of real tokens, wherever its padding ends."
 
 
 @grader("04.4")
