@@ -43,19 +43,44 @@ def post_norm_block_last_norm_missing(block, x, context):
     return x + block.ffn(x)
 
 
-def decode_queries(layer, x, context):
-    kv = layer.project_context(context)  # ContextKV, projected once
-    return torch.cat([layer(x[:, t : t + 1], kv) for t in range(x.shape[1])], dim=1)  # (B, S, C)
+def decode_stack(blocks, x, context):
+    caches = [block.new_cache(len(x)) for block in blocks]  # one KV cache per block
+    kvs = [block.cross_attn.project_context(context) for block in blocks]  # the context projected once per block
+    outs = []
+    for t in range(x.shape[1]):
+        h = x[:, t : t + 1]  # (B, 1, C): token t
+        for block, cache, kv in zip(blocks, caches, kvs, strict=True):
+            h = block.decode(h, cache, kv)  # (B, 1, C)
+        outs.append(h)
+    return torch.cat(outs, dim=1)  # (B, S, C)
 
 
-def decode_queries_projecting_every_step(layer, x, context):
-    return torch.cat([layer(x[:, t : t + 1], context) for t in range(x.shape[1])], dim=1)
+def decode_stack_projecting_every_step(blocks, x, context):
+    caches = [block.new_cache(len(x)) for block in blocks]
+    outs = []
+    for t in range(x.shape[1]):
+        h = x[:, t : t + 1]
+        for block, cache in zip(blocks, caches, strict=True):
+            h = block.decode(h, cache, context)  # projects the context again at every step
+        outs.append(h)
+    return torch.cat(outs, dim=1)
+
+
+def decode_stack_whole_sequence(blocks, x, context):
+    for block in blocks:
+        x = block(x, context)
+    return x
+
+
+def decode_stack_unchained(blocks, x, context):
+    cache, kv = blocks[-1].new_cache(len(x)), blocks[-1].cross_attn.project_context(context)
+    return torch.cat([blocks[-1].decode(x[:, t : t + 1], cache, kv) for t in range(x.shape[1])], dim=1)
 
 
 SOLUTIONS = {
     "check_05_1": cross_attention,
     "check_05_2": post_norm_block,
-    "check_05_3": decode_queries,
+    "check_05_3": decode_stack,
 }
 
 WRONG = {
@@ -70,7 +95,8 @@ WRONG = {
         (lambda block, x, context: block(x, context), "from its parts"),
     ],
     "check_05_3": [
-        (decode_queries_projecting_every_step, "project_context"),
-        (lambda layer, x, context: layer(x, context), "one at a time"),
+        (decode_stack_projecting_every_step, "projected"),
+        (decode_stack_whole_sequence, "one token per step"),
+        (decode_stack_unchained, "previous block"),
     ],
 }

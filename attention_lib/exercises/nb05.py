@@ -100,29 +100,41 @@ def check_05_2(post_norm_block) -> str:
 
 
 @grader("05.3")
-def check_05_3(decode_queries) -> str:
-    """decode_queries(layer, x (B, S, C), context) -> (B, S, C), one query at a time, the context projected once."""
-    from attention_lib import CrossAttention
+def check_05_3(decode_stack) -> str:
+    """decode_stack(blocks, x (B, S, C), context (B, S_kv, C)) -> (B, S, C): a stack of blocks, one token per step."""
+    from attention_lib import DecoderBlock
 
     torch.manual_seed(0)
-    layer = CrossAttention(8, 2, kv_hidden_size=12).eval()
-    x, context = torch.randn(2, 4, 8), torch.randn(2, 5, 12)  # (B, S, C), (B, S_kv, C_kv)
-    with torch.no_grad():
-        expected = layer(x, context)  # (B, S, C)
-    kv_calls, q_lengths = [], []
-    hooks = [layer.Wkv.register_forward_hook(lambda mod, args, out: kv_calls.append(1)),
-             layer.Wq.register_forward_hook(lambda mod, args, out: q_lengths.append(args[0].shape[1]))]
+    B, S, S_kv, C = 2, 4, 5, 16
+    blocks = [DecoderBlock(C, 4, 32, context_size=S).eval() for _ in range(2)]
+    x, context = torch.randn(B, S, C), torch.randn(B, S_kv, C)  # (B, S, C), (B, S_kv, C)
+    kv_calls, step_lengths = [0, 0], [[], []]
+    hooks = []
+    for n, block in enumerate(blocks):
+        hooks.append(block.cross_attn.Wkv.register_forward_hook(
+            lambda mod, args, out, n=n: kv_calls.__setitem__(n, kv_calls[n] + 1)))
+        hooks.append(block.self_attn.Wqkv.register_forward_hook(
+            lambda mod, args, out, n=n: step_lengths[n].append(args[0].shape[1])))
     try:
         with torch.no_grad():
-            got = decode_queries(layer, x.clone(), context.clone())
+            got = decode_stack(blocks, x.clone(), context.clone())
     finally:
         for hook in hooks:
             hook.remove()
-    got = expect_shape(expect_tensor(got, "the output"), (2, 4, 8), "the output").detach()
-    expect_close(got, expected, "the output", why="Each query's output must equal the full forward's row.")
-    if any(n != 1 for n in q_lengths):
-        raise Hint(f"the queries went through Wq in groups of {q_lengths}: decode them one at a time, x[:, t:t+1].")
-    if len(kv_calls) != 1:
-        raise Hint(f"the context was projected {len(kv_calls)} times. It does not change between steps: "
-                   "project it once with layer.project_context(context) and pass the ContextKV to every step.")
-    return "one query per step, the context projected once."
+    got = expect_shape(expect_tensor(got, "the output"), (B, S, C), "the output").detach()
+    with torch.no_grad():
+        expected, alone = x, []
+        for block in blocks:
+            expected = block(expected, context)  # (B, S, C): block n reads block n - 1's output
+            alone.append(block(x, context))
+    if any(torch.allclose(got, a, atol=1e-5) for a in alone):
+        raise Hint("that is one block on x alone: in a stack, each block reads the previous block's output.")
+    if any(n != 1 for lengths in step_lengths for n in lengths):
+        raise Hint(f"the blocks' self-attention saw {step_lengths[0]} tokens per call: run one token per step, "
+                   "x[:, t:t+1], through every block, with block.decode and a cache per block (block.new_cache(B)).")
+    expect_close(got, expected, "the output", why="Each step runs token t through block 1, then its output through "
+                 "block 2, each with its own cache; step t's outputs are row t of the whole stack's output.")
+    if kv_calls != [1, 1]:
+        raise Hint(f"the context was projected {kv_calls} times by the two blocks. It does not change between steps: "
+                   "project it once per block with block.cross_attn.project_context(context), before the loop.")
+    return "one token per step through both blocks, one cache each, the context projected once per block."
