@@ -5,14 +5,21 @@ import math
 import torch
 
 
-def merge_heads(context):
-    B, NH, S, HS = context.shape
-    return context.transpose(1, 2).reshape(B, S, NH * HS)  # (B, S, C)
+def split_interleaved(qkv, num_heads):
+    B, S, three_C = qkv.shape
+    HS = three_C // (3 * num_heads)
+    return qkv.reshape(B, S, num_heads, 3, HS).permute(3, 0, 2, 1, 4).unbind(0)  # 3 x (B, NH, S, HS)
 
 
-def merge_heads_without_transpose(context):
-    B, NH, S, HS = context.shape
-    return context.reshape(B, S, NH * HS)  # tokens and heads mixed up
+def split_as_q_k_v_thirds(qkv, num_heads):
+    B, S, three_C = qkv.shape
+    HS = three_C // (3 * num_heads)
+    return qkv.reshape(B, S, 3, num_heads, HS).permute(2, 0, 3, 1, 4).unbind(0)  # the main path's layout
+
+
+def split_interleaved_parts_reversed(qkv, num_heads):
+    q, k, v = split_interleaved(qkv, num_heads)
+    return v, k, q
 
 
 def _mha(x, Wqkv, Wo, num_heads, divisor=None, transpose=True):
@@ -44,13 +51,17 @@ def torch_attention(mha, x, mask):
 
 
 SOLUTIONS = {
-    "check_03_1": merge_heads,
+    "check_03_1": split_interleaved,
     "check_03_2": multi_head_attention,
     "check_03_3": torch_attention,
 }
 
 WRONG = {
-    "check_03_1": [(merge_heads_without_transpose, "transpose(1, 2)")],
+    "check_03_1": [
+        (split_as_q_k_v_thirds, "[q | k | v] layout"),
+        (split_interleaved_parts_reversed, "order q, k, v"),
+        (lambda qkv, num_heads: qkv, "three tensors"),
+    ],
     "check_03_2": [
         (lambda x, Wqkv, Wo, NH: _mha(x, Wqkv, Wo, NH, divisor=1.0), "√HS"),
         (lambda x, Wqkv, Wo, NH: _mha(x, Wqkv, Wo, NH, divisor=math.sqrt(x.shape[-1])), "head size"),

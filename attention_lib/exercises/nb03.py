@@ -15,21 +15,26 @@ __all__ = ["check_03_1", "check_03_2", "check_03_3"]
 
 
 @grader("03.1")
-def check_03_1(merge_heads) -> str:
-    """merge_heads(context (B, NH, S, HS)) -> (B, S, NH * HS), each token's heads side by side."""
-    B, NH, S, HS = 2, 3, 5, 4
-    context = torch.randn(B, NH, S, HS, generator=torch.Generator().manual_seed(0))  # (B, NH, S, HS)
-    got = expect_shape(merge_heads(context.clone()), (B, S, NH * HS), "merge_heads(context)")
-    if torch.equal(got, context.reshape(B, S, NH * HS)):
-        raise Hint(
-            "tokens and heads are mixed up: reshape alone keeps the memory order, where all tokens of head 0 come "
-            "before head 1. Move the heads next to the head size first: transpose(1, 2), then reshape."
-        )
-    expected = context.transpose(1, 2).reshape(B, S, NH * HS)  # (B, S, C)
-    expect_close(got, expected, "merge_heads(context)", atol=0,
-                 why="Row s must hold token s's context vectors, head 0 first: compare got[0, 0] with "
-                     "torch.cat([context[0, h, 0] for h in range(NH)]).")
-    return "each row holds one token's heads, in order."
+def check_03_1(split_interleaved) -> str:
+    """split_interleaved(qkv (B, S, 3C) laid out [q0 k0 v0 | q1 k1 v1 | ...], num_heads) -> q, k, v (B, NH, S, HS)."""
+    B, S, NH, HS = 2, 5, 3, 4
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(B, NH, S, HS, generator=gen) for _ in range(3))  # each (B, NH, S, HS)
+    qkv = torch.stack([q, k, v], dim=3).transpose(1, 2).reshape(B, S, 3 * NH * HS)  # (B, S, 3C), heads interleaved
+    got = split_interleaved(qkv.clone(), NH)
+    if not isinstance(got, (tuple, list)) or len(got) != 3:
+        raise Hint("return three tensors, q, k and v (e.g. a tuple, or the result of unbind).")
+    got = [expect_shape(expect_tensor(t, name), (B, NH, S, HS), name) for t, name in zip(got, "qkv", strict=True)]
+    ours = qkv.reshape(B, S, 3, NH, HS).permute(2, 0, 3, 1, 4)  # the main path's [q | k | v] reading
+    if all(torch.equal(g, o) for g, o in zip(got, ours, strict=True)):
+        raise Hint("that reads the [q | k | v] layout of the main path. Here each head's q, k and v sit side by side: "
+                   "the last dimension is (head, part, column), so reshape(B, S, NH, 3, HS).")
+    if torch.equal(got[0], k) or torch.equal(got[0], v):
+        raise Hint("the parts come in the order q, k, v inside each head: q is part 0, k part 1, v part 2.")
+    for g, want, name in zip(got, (q, k, v), ("q", "k", "v"), strict=True):
+        expect_close(g, want, name, atol=0, why="the last dimension is (head, part, column): reshape to "
+                     "(B, S, NH, 3, HS), then move the part first and the heads before the sequence.")
+    return "q, k and v of every head, read from the interleaved layout."
 
 
 def _multi_head(x, Wqkv, Wo, num_heads, scale="head", merge="right"):
