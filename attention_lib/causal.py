@@ -160,7 +160,8 @@ def decode(
 
     The new queries sit at positions S_cached..S_total - 1 (S_total = S_cached + S_new) and see the keys up to their
     own position. mask: optional bool, True = may attend, a (B, S_total) padding mask over all tokens so far,
-    a (1, S_new, S_total) mask or a 4-D mask broadcasting to (B, NH, S_new, S_total). Returns (B, S_new, C) [, weights (B, NH, S_new, S_total)]:
+    a (1, S_new, S_total) mask or a 4-D mask broadcasting to (B, NH, S_new, S_total). Returns (B, S_new, C)
+    [, weights (B, NH, S_new, S_total)]:
     the last S_new rows of `forward` on the whole sequence. Every check runs before the cache is written.
     Run it under `torch.no_grad()`.
     """

@@ -35,7 +35,9 @@ class CrossAttention(AttentionBase):
     Wq: C -> C; Wkv: C_kv -> 2C, laid out [k | v], each split into NH heads of HS; Wo: C -> C.
     `kv_hidden_size` (C_kv) is the context's width, `hidden_size` (C) by default.
     forward(x (B, S, C), context (B, S_kv, C_kv) or a `ContextKV` from `project_context`, mask=None,
-    return_weights=False): mask is bool, True = may attend, a (B, S_kv) padding mask over the context (a 2-D mask always is), a (1, S, S_kv) mask, or a 4-D mask broadcasting to (B, NH, S, S_kv) (other 3-D masks are refused: B and NH could not be told apart); not causal. Returns (B, S, C) [, weights (B, NH, S, S_kv)]. A query that sees
+    return_weights=False): mask is bool, True = may attend, a (B, S_kv) padding mask over the context (a 2-D mask
+    always is), a (1, S, S_kv) mask, or a 4-D mask broadcasting to (B, NH, S, S_kv) (other 3-D masks are refused:
+    B and NH could not be told apart); not causal. Returns (B, S, C) [, weights (B, NH, S, S_kv)]. A query that sees
     no context token gets zero weights (its output is `Wo`'s bias), never NaN.
     """
 
