@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from .checks import check_input, check_size, prepare_mask
-from .functional import attend
+from .checks import check_input, check_size
+from .functional import attention_impl, check_attn_impl
+from .masks import prepare_mask
 
 # %% auto #0
 __all__ = ['SingleHeadAttention']
@@ -21,11 +22,11 @@ class SingleHeadAttention(nn.Module):
     forward(x, mask=None, return_weights=False): x (B, S, C) -> (B, S, C). mask: optional bool, True = may attend,
     a (B, S_kv) padding mask or a mask broadcasting to (B, S, S_kv) such as `causal_mask(S)`. With
     `return_weights=True`, returns (out, weights), weights (B, S, S_kv) after the softmax. A query that sees no key
-    gets zero weights (its output is `Wo`'s bias). `attn_impl` names the path of `attend`: "sdpa" (default) or
-    "explicit"; `return_weights=True` always runs the explicit one.
+    gets zero weights (its output is `Wo`'s bias). `attn_impl` names the path of `attend`, checked when set: "sdpa"
+    (default) or another of `attention_impls()`; `return_weights=True` always runs the explicit one.
     """
 
-    def __init__(self, hidden_size: int, bias: bool = True):
+    def __init__(self, hidden_size: int, bias: bool = True, *, attn_impl: str = "sdpa"):
         super().__init__()
         hidden_size = check_size("hidden_size", hidden_size)
         if hidden_size < 4:
@@ -34,7 +35,16 @@ class SingleHeadAttention(nn.Module):
         self.head_size = hidden_size // 4  # HS
         self.Wqkv = nn.Linear(hidden_size, 3 * self.head_size, bias=bias)  # C -> 3 * HS, [q | k | v]
         self.Wo = nn.Linear(self.head_size, hidden_size, bias=bias)  # HS -> C
-        self.attn_impl = "sdpa"  # the path of `attend`
+        self.attn_impl = attn_impl
+
+    @property
+    def attn_impl(self) -> str:
+        """The path of `attend` this layer runs (`attention_impls()` lists them)."""
+        return self._attn_impl
+
+    @attn_impl.setter
+    def attn_impl(self, name: str) -> None:
+        self._attn_impl = check_attn_impl(name)
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, return_weights: bool = False
@@ -43,7 +53,7 @@ class SingleHeadAttention(nn.Module):
         B, S, _ = x.shape
         mask = prepare_mask(mask, B, S, S, device=x.device)  # None, or broadcasting to (B, S, S_kv)
         q, k, v = self.Wqkv(x).reshape(B, S, 3, self.head_size).unbind(dim=2)  # each (B, S, HS)
-        impl = "explicit" if return_weights else self.attn_impl
-        context, weights = attend(q, k, v, mask, attn_impl=impl)  # (B, S, HS), (B, S, S_kv) or None
+        attention = attention_impl("explicit" if return_weights else self.attn_impl)
+        context, weights = attention(q, k, v, mask=mask, bias=None, scale=None, dropout_p=0.0, is_causal=False)
         out = self.Wo(context)  # (B, S, C)
         return (out, weights) if return_weights else out

@@ -83,10 +83,14 @@ def forward_ignoring_the_mask(x, Wqkv, Wo, mask=None):
 # --- 02.3: your own attention path ---------------------------------------------------------------------------------
 
 
-def einsum_attention(q, k, v, mask, dropout_p, is_causal):
-    scores = torch.einsum("...id,...jd->...ij", q, k) / math.sqrt(q.size(-1))  # (..., S, S_kv)
-    if is_causal:
-        triangle = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()  # (S, S_kv)
+def einsum_attention(q, k, v, *, mask, bias, scale, dropout_p, is_causal):
+    S, S_kv = q.size(-2), k.size(-2)
+    scale = 1 / math.sqrt(q.size(-1)) if scale is None else scale
+    scores = torch.einsum("...id,...jd->...ij", q, k) * scale  # (..., S, S_kv)
+    if bias is not None:
+        scores = scores + bias  # (..., S, S_kv)
+    if is_causal:  # the S queries are the last S positions: query i sees keys 0..S_kv - S + i
+        triangle = torch.ones(S, S_kv, dtype=torch.bool, device=q.device).tril(diagonal=S_kv - S)  # (S, S_kv)
         mask = triangle if mask is None else mask & triangle
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -97,14 +101,14 @@ def einsum_attention(q, k, v, mask, dropout_p, is_causal):
     return torch.einsum("...ij,...jd->...id", weights, v), weights  # (..., S, HS), (..., S, S_kv)
 
 
-def einsum_attention_ignoring_the_mask(q, k, v, mask, dropout_p, is_causal):
-    return einsum_attention(q, k, v, None, dropout_p, is_causal)
+def einsum_attention_ignoring_the_mask(q, k, v, *, mask, bias, scale, dropout_p, is_causal):
+    return einsum_attention(q, k, v, mask=None, bias=bias, scale=scale, dropout_p=dropout_p, is_causal=is_causal)
 
 
-def einsum_attention_with_nan(q, k, v, mask, dropout_p, is_causal):
+def einsum_attention_with_nan(q, k, v, *, mask, bias, scale, dropout_p, is_causal):
     scores = torch.einsum("...id,...jd->...ij", q, k) / math.sqrt(q.size(-1))
     if is_causal:
-        triangle = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril()
+        triangle = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril(diagonal=k.size(-2) - q.size(-2))
         mask = triangle if mask is None else mask & triangle
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
@@ -112,12 +116,32 @@ def einsum_attention_with_nan(q, k, v, mask, dropout_p, is_causal):
     return torch.einsum("...ij,...jd->...id", weights, v), weights
 
 
-def einsum_attention_not_causal(q, k, v, mask, dropout_p, is_causal):
-    return einsum_attention(q, k, v, mask, dropout_p, False)
+def einsum_attention_not_causal(q, k, v, *, mask, bias, scale, dropout_p, is_causal):
+    return einsum_attention(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, is_causal=False)
 
 
-def einsum_attention_context_only(q, k, v, mask, dropout_p, is_causal):
-    return einsum_attention(q, k, v, mask, dropout_p, is_causal)[0]
+def einsum_attention_top_left(q, k, v, *, mask, bias, scale, dropout_p, is_causal):
+    if is_causal:  # the triangle from the first key: right only when S == S_kv
+        triangle = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool).tril()
+        mask = triangle if mask is None else mask & triangle
+    return einsum_attention(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, is_causal=False)
+
+
+def einsum_attention_without_bias(q, k, v, *, mask, bias, scale, dropout_p, is_causal):
+    return einsum_attention(q, k, v, mask=mask, bias=None, scale=scale, dropout_p=dropout_p, is_causal=is_causal)
+
+
+def einsum_attention_without_scale(q, k, v, *, mask, bias, scale, dropout_p, is_causal):
+    return einsum_attention(q, k, v, mask=mask, bias=bias, scale=None, dropout_p=dropout_p, is_causal=is_causal)
+
+
+def einsum_attention_inverted_mask(q, k, v, *, mask, bias, scale, dropout_p, is_causal):
+    mask = None if mask is None else ~mask
+    return einsum_attention(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, is_causal=is_causal)
+
+
+def einsum_attention_context_only(q, k, v, **kwargs):
+    return einsum_attention(q, k, v, **kwargs)[0]
 
 
 SOLUTIONS = {"check_02_1": split_qkv, "check_02_2": forward, "check_02_3": einsum_attention}
@@ -136,6 +160,10 @@ WRONG = {
         (einsum_attention_ignoring_the_mask, "hide the keys where the mask is False"),
         (einsum_attention_with_nan, "NaN in the context"),
         (einsum_attention_not_causal, "must hide the future"),
+        (einsum_attention_top_left, "tril(diagonal=S_kv - S)"),
+        (einsum_attention_without_bias, "the bias is added to the scores"),
+        (einsum_attention_without_scale, "scale=None means 1/√HS"),
+        (einsum_attention_inverted_mask, "True must mean 'may attend'"),
         (einsum_attention_context_only, "returns a pair"),
     ],
 }

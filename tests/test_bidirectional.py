@@ -1,51 +1,25 @@
 """BidirectionalAttention: parity with nn.MultiheadAttention and a float64 reference, padding invariance,
 permutation equivariance, fully masked rows, both paths, dropout, gradients, the weight copy and bad inputs."""
 
-import math
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import layer64
+from reference import padding as _padding
 from torch import nn
 
 from attention_lib import BidirectionalAttention
 
 
 def pad_mask(lengths: list[int], S: int) -> torch.Tensor:
-    """(B, S) bool, True on the first `length` (real) tokens, written independently of attention_lib."""
-    return torch.tensor([[j < n for j in range(S)] for n in lengths], dtype=torch.bool)
+    return _padding(lengths, S)  # (B, S): True on the first lengths[b] tokens
 
 
 def reference(layer: BidirectionalAttention, x: torch.Tensor, mask: torch.Tensor | None = None):
-    """The layer's maths in float64 from its weights alone, one head at a time, without attention_lib code.
-
-    mask: None or bool broadcasting to (B, NH, S, S), True = may attend.
-    Returns (out (B, S, C), weights (B, NH, S, S)); a query with no visible key gets zero weights.
-    """
-    B, S, C = x.shape
-    NH = layer.num_heads
-    HS = C // NH
-    x = x.double()
-    W = layer.Wqkv.weight.double()
-    b = layer.Wqkv.bias.double() if layer.Wqkv.bias is not None else torch.zeros(3 * C, dtype=torch.float64)
-    visible = torch.ones(B, NH, S, S, dtype=torch.bool) if mask is None else mask.expand(B, NH, S, S)
-    heads, all_weights = [], []
-    for h in range(NH):
-        rows = slice(h * HS, (h + 1) * HS)
-        q = x @ W[:C][rows].T + b[:C][rows]  # (B, S, HS)
-        k = x @ W[C : 2 * C][rows].T + b[C : 2 * C][rows]  # (B, S, HS)
-        v = x @ W[2 * C :][rows].T + b[2 * C :][rows]  # (B, S, HS)
-        scores = torch.einsum("bid,bjd->bij", q, k) / math.sqrt(HS)  # (B, S, S)
-        e = (scores - scores.max(-1, keepdim=True).values).exp() * visible[:, h]  # (B, S, S)
-        total = e.sum(-1, keepdim=True)
-        weights = torch.where(total > 0, e / total.clamp_min(1e-300), torch.zeros_like(e))  # (B, S, S)
-        heads.append(torch.einsum("bij,bjd->bid", weights, v))  # (B, S, HS)
-        all_weights.append(weights)
-    out = torch.cat(heads, dim=-1) @ layer.Wo.weight.double().T  # (B, S, C)
-    if layer.Wo.bias is not None:
-        out = out + layer.Wo.bias.double()
-    return out, torch.stack(all_weights, dim=1)
+    """The shared float64 reference; mask: None or bool broadcasting to (B, NH, S, S). (out, weights)."""
+    return layer64(layer, x, mask)
 
 
 # ---------------------------------------------------------------- parity with nn.MultiheadAttention
@@ -101,7 +75,7 @@ def test_from_torch_takes_sizes_bias_dropout_mode_dtype():
     assert type(layer) is BidirectionalAttention
     assert (layer.hidden_size, layer.num_heads, layer.head_size) == (24, 6, 4)
     assert layer.Wqkv.bias is None and layer.Wo.bias is None
-    assert layer.attn_drop == 0.25 and layer.out_drop.p == 0.5
+    assert layer.attn_drop == 0.25 and layer.out_drop == 0.5
     assert not layer.training
     assert layer.Wqkv.weight.dtype == torch.float64
     assert torch.equal(layer.Wqkv.weight, mha.in_proj_weight) and torch.equal(layer.Wo.weight, mha.out_proj.weight)
@@ -192,18 +166,15 @@ def test_matches_float64_reference_both_paths(B, S, C, NH, bias):
 
 
 def test_sdpa_is_default_and_weights_come_from_the_explicit_path(monkeypatch):
-    import attention_lib.bidirectional as module
+    from attention_lib import functional
 
     layer = BidirectionalAttention(8, 2)
     assert layer.attn_impl == "sdpa"
     calls = []
-    real_attend = module.attend
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs["attn_impl"])
-        return real_attend(*args, **kwargs)
-
-    monkeypatch.setattr(module, "attend", spy)
+    for name in ("sdpa", "explicit"):  # spies in the registry of paths, which every layer reads
+        real = functional._ATTENTION_IMPLS[name]
+        spy = lambda *args, real=real, name=name, **kwargs: (calls.append(name), real(*args, **kwargs))[1]  # noqa: E731
+        monkeypatch.setitem(functional._ATTENTION_IMPLS, name, spy)
     x = torch.randn(2, 3, 8)
     assert isinstance(layer(x), torch.Tensor)
     out, w = layer(x, return_weights=True)

@@ -1,59 +1,34 @@
 """CausalAttention and its KV cache: parity with SDPA, nn.MultiheadAttention and GPT-2, no future leaks,
 cached decoding equal to the full forward, the stored causal mask never modified, and clear errors."""
 
-import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import causal, layer64
+from reference import padding as _padding
 from torch import nn
 
 import attention_lib.functional as functional
 from attention_lib import BidirectionalAttention, CausalAttention, KVCache
 
+SHAPES = [(1, 1, 8, 1), (2, 5, 8, 2), (3, 7, 16, 4), (2, 12, 32, 8)]  # (B, S, C, NH)
+
 
 def lower_triangle(S: int) -> torch.Tensor:
-    """The causal mask written independently of attention_lib: True where key j <= query i."""
-    i = torch.arange(S)[:, None]
-    j = torch.arange(S)[None, :]
-    return j <= i  # (S, S)
+    return causal(S)  # (S, S): True where key j <= query i
 
 
 def pad_mask(lengths: list[int], S: int, left: bool) -> torch.Tensor:
-    """(B, S) bool, True on real tokens, written independently of attention_lib."""
-    rows = []
-    for n in lengths:
-        real = [True] * n
-        pad = [False] * (S - n)
-        rows.append(pad + real if left else real + pad)
-    return torch.tensor(rows, dtype=torch.bool)
+    return _padding(lengths, S, left)  # (B, S)
 
 
 def reference(layer: CausalAttention, x: torch.Tensor, pad: torch.Tensor | None = None):
-    """The layer's maths in float64 from its weights alone; returns (out (B, S, C), weights (B, NH, S, S))."""
-    B, S, C = x.shape
-    NH, HS = layer.num_heads, C // layer.num_heads
-    x = x.double()
-    W = layer.Wqkv.weight.double()
-    b = layer.Wqkv.bias.double() if layer.Wqkv.bias is not None else torch.zeros(3 * C, dtype=torch.float64)
-    q, k, v = ((x @ W[i * C : (i + 1) * C].T + b[i * C : (i + 1) * C]).reshape(B, S, NH, HS) for i in range(3))
-    scores = torch.einsum("bind,bjnd->bnij", q, k) / math.sqrt(HS)  # (B, NH, S, S)
-    visible = lower_triangle(S)[None, None]  # (1, 1, S, S)
-    if pad is not None:
-        visible = visible & pad[:, None, None, :]  # (B, 1, S, S)
-    e = (scores - scores.amax(-1, keepdim=True)).exp() * visible
-    total = e.sum(-1, keepdim=True)
-    weights = torch.where(total > 0, e / total.clamp_min(1e-300), torch.zeros_like(e))  # (B, NH, S, S)
-    ctx = torch.einsum("bnij,bjnd->bind", weights, v).reshape(B, S, C)  # (B, S, C)
-    out = ctx @ layer.Wo.weight.double().T
-    if layer.Wo.bias is not None:
-        out = out + layer.Wo.bias.double()
-    return out, weights
-
-
-SHAPES = [(1, 1, 8, 1), (2, 5, 8, 2), (3, 7, 16, 4), (2, 12, 32, 8)]  # (B, S, C, NH)
+    """The shared float64 reference with the causal rule and the padding written out; (out, weights)."""
+    S = x.shape[1]
+    return layer64(layer, x, causal(S)[None] if pad is None else causal(S)[None] & pad[:, None, :])
 
 
 def lengths_for(B: int, S: int) -> list[int]:
@@ -431,16 +406,16 @@ def test_cache_misuse_raises_clear_errors_and_leaves_the_cache_alone():
             layer.decode(torch.randn(2, 1, 8), cache, torch.ones(2, 5))
         with pytest.raises(ValueError, match=r"\(B, S, 8\).*got \(2, 1, 9\)"):
             layer.decode(torch.randn(2, 1, 9), cache)
-        with pytest.raises(TypeError, match="cache must be a KVCache"):
+        with pytest.raises(TypeError, match="cache must be a Cache"):
             layer.decode(torch.randn(2, 1, 8), {"keys": None})
         other = CausalAttention(8, 4, context_size=6).new_cache(2)
-        with pytest.raises(ValueError, match=r"\(NH, HS\) = \(2, 4\).*got \(4, 2\)"):
+        with pytest.raises(ValueError, match=r"\(NKV, HS\) = \(2, 4\).*got \(4, 2\)"):
             layer.decode(torch.randn(2, 1, 8), other)
         assert len(cache) == 4 and torch.equal(cache.keys, before)
         small = layer.new_cache(2, max_length=3)
         with pytest.raises(ValueError, match=r"max_length=3.*S_cached=0.*S_new=4"):
             layer.decode(torch.randn(2, 4, 8), small)
-        with pytest.raises(ValueError, match=r"must have shape \(B, NH, S_new, HS\)"):
+        with pytest.raises(ValueError, match=r"must both have shape \(B, NKV, S_new, HS\)"):
             cache.append(torch.randn(2, 2, 1, 5), torch.randn(2, 2, 1, 5))
         with pytest.raises(TypeError, match="dtype"):
             cache.append(torch.randn(2, 2, 1, 4, dtype=torch.float64), torch.randn(2, 2, 1, 4, dtype=torch.float64))

@@ -5,8 +5,9 @@ import re
 import pytest
 import torch
 
-from attention_lib.checks import check_input, check_probability, check_same_batch, check_size, prepare_mask
-from attention_lib.functional import attend, padding_mask
+from attention_lib.checks import check_input, check_probability, check_same_batch, check_size
+from attention_lib.functional import attend
+from attention_lib.masks import padding_mask, prepare_mask
 
 B, S, S_KV, NH = 2, 3, 5, 4
 
@@ -120,7 +121,7 @@ def test_prepared_padding_mask_gives_the_attention_of_the_full_mask():
     k, v = torch.randn(2, B, NH, S_KV, 8, generator=g).unbind(0)
     pad = padding_mask([5, 2])
     full = pad[:, None, None, :].expand(B, NH, S, S_KV).clone()
-    ctx, _ = attend(q, k, v, prepare_mask(pad, B, S, S_KV, num_heads=NH), attn_impl="explicit")
+    ctx, _ = attend(q, k, v, mask=prepare_mask(pad, B, S, S_KV, num_heads=NH), impl="explicit")
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=full)
     assert torch.allclose(ctx, expected, atol=1e-6)
 
@@ -134,12 +135,12 @@ def test_prepare_mask_rejects_non_bool_dtype(dtype):
     with pytest.raises(TypeError) as info:
         prepare_mask(mask, B, S, S_KV)
     msg = str(info.value)
-    assert msg.startswith("mask must have dtype torch.bool (True = may attend)")
+    assert msg.startswith("mask must be a torch.Tensor of dtype torch.bool (True = may attend), got dtype")
     assert str(dtype) in msg and str((B, S_KV)) in msg
 
 
 def test_prepare_mask_rejects_non_tensors():
-    with pytest.raises(TypeError, match="^mask must be a torch.Tensor of dtype torch.bool, got list"):
+    with pytest.raises(TypeError, match=r"^mask must be a torch.Tensor of dtype torch.bool \(True = may attend\), got"):
         prepare_mask([[True] * S_KV] * B, B, S, S_KV)
 
 
@@ -189,8 +190,8 @@ def test_one_dimensional_mask_works_in_sdpa():
     k, v = torch.randn(B, NH, S_KV, 8), torch.randn(B, NH, S_KV, 8)  # (B, NH, S_kv, HS)
     prepared = prepare_mask(keys, B, S, S_KV, num_heads=NH)  # (1, 1, 1, S_kv)
     assert prepared.shape == (1, 1, 1, S_KV)
-    fused, _ = attend(q, k, v, prepared)
-    explicit, _ = attend(q, k, v, prepared, attn_impl="explicit")
+    fused, _ = attend(q, k, v, mask=prepared)
+    explicit, _ = attend(q, k, v, mask=prepared, impl="explicit")
     assert torch.allclose(fused, explicit, atol=1e-5)
 
 

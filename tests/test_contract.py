@@ -4,7 +4,6 @@ failed decoding step that leaves its cache alone, construction memory, and compi
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -16,6 +15,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from reference import causal as by_hand_causal
+from reference import layer64
+from reference import padding as by_hand_padding
 
 import attention_lib
 from attention_lib import (
@@ -32,6 +34,12 @@ from attention_lib import (
     padding_mask,
     sdpa_attention,
 )
+
+
+def reference(layer: torch.nn.Module, x: torch.Tensor, full_mask: torch.Tensor, context=None) -> torch.Tensor:
+    """The shared float64 reference; full_mask: (B, S, S_kv) bool, written out by hand."""
+    return layer64(layer, x, full_mask, context=context)[0]
+
 
 PACKAGE = Path(attention_lib.__file__).resolve().parent
 LAYERS = ["single", "bidirectional", "causal", "cross"]
@@ -51,43 +59,6 @@ def run(layer: torch.nn.Module, x: torch.Tensor, mask=None, context=None, **kwar
     if isinstance(getattr(layer, "_orig_mod", layer), CrossAttention):  # a compiled module keeps the original
         return layer(x, context, mask, **kwargs)
     return layer(x, mask, **kwargs)
-
-
-def reference(layer: torch.nn.Module, x: torch.Tensor, full_mask: torch.Tensor, context=None) -> torch.Tensor:
-    """The layer's output in float64 from its weights alone; full_mask: (B, S, S_kv) bool, written out by hand."""
-    W = {name: p.detach().double() for name, p in layer.named_parameters()}
-    lin = lambda t, name: t @ W[f"{name}.weight"].T + W[f"{name}.bias"]  # noqa: E731
-    x = x.double()
-    B, S, _ = x.shape
-    if isinstance(layer, SingleHeadAttention):
-        q, k, v = lin(x, "Wqkv").split(layer.head_size, dim=-1)  # each (B, S, HS)
-        q, k, v = q[:, None], k[:, None], v[:, None]  # (B, 1, S, HS)
-    elif isinstance(layer, CrossAttention):
-        NH, HS = layer.num_heads, layer.head_size
-        q = lin(x, "Wq").reshape(B, S, NH, HS).transpose(1, 2)  # (B, NH, S, HS)
-        kv = lin(context.double(), "Wkv").reshape(B, -1, 2, NH, HS)  # (B, S_kv, 2, NH, HS)
-        k, v = kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2)  # (B, NH, S_kv, HS)
-    else:
-        NH, HS = layer.num_heads, layer.head_size
-        qkv = lin(x, "Wqkv").reshape(B, S, 3, NH, HS)  # (B, S, 3, NH, HS)
-        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, NH, S, HS)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, NH, S, S_kv)
-    visible = full_mask[:, None]  # (B, 1, S, S_kv)
-    e = (scores - scores.amax(-1, keepdim=True)).exp() * visible
-    total = e.sum(-1, keepdim=True)
-    weights = torch.where(total > 0, e / total.clamp_min(1e-300), torch.zeros_like(e))  # (B, NH, S, S_kv)
-    ctx = (weights @ v).transpose(1, 2).reshape(B, S, -1)  # (B, S, NH * HS)
-    return lin(ctx, "Wo")  # (B, S, C)
-
-
-def by_hand_padding(lengths: list[int], S_kv: int, left: bool) -> torch.Tensor:
-    """(B, S_kv): True on the real tokens, built without the package."""
-    return torch.tensor([[(j >= S_kv - n) if left else (j < n) for j in range(S_kv)] for n in lengths])
-
-
-def by_hand_causal(S: int, S_kv: int) -> torch.Tensor:
-    """(S, S_kv): query i sees key j when j <= S_kv - S + i, built without the package."""
-    return torch.tensor([[j <= S_kv - S + i for j in range(S_kv)] for i in range(S)])
 
 
 # --- the mask contract: no helper's mask is misread, whatever B, S, S_kv and NH are ------------------------------
@@ -178,7 +149,7 @@ def test_helper_masks_are_read_as_what_they_are_by_the_functions(B, S, S_kv, NH,
     outputs = {
         "explicit_attention": explicit_attention(q, k, v, mask, is_causal=is_causal)[0],
         "sdpa_attention": sdpa_attention(q, k, v, mask, is_causal=is_causal),
-        **{f"attend-{i}": attend(q, k, v, mask, is_causal=is_causal, attn_impl=i)[0] for i in attention_impls()},
+        **{f"attend-{i}": attend(q, k, v, mask=mask, is_causal=is_causal, impl=i)[0] for i in attention_impls()},
     }
     for name, out in outputs.items():
         assert torch.allclose(out.double(), expected, atol=1e-5), name
@@ -314,7 +285,7 @@ def test_functions_refuse_bad_arguments(data):
                 lambda v: causal_mask(v),
                 lambda v: causal_mask(3, v),
                 lambda v: attend(q, q, q, mask=v),
-                lambda v: attend(q, q, q, attn_impl=v),
+                lambda v: attend(q, q, q, impl=v),
                 lambda v: KVCache(v, 2, 4, 8),
                 lambda v: CausalAttention(8, 2, 8).new_cache(v),
                 lambda v: CausalAttention(8, 2, 8).new_cache(2, max_length=v),
@@ -356,11 +327,9 @@ def test_a_failed_decode_leaves_the_cache_as_it_was():
             with pytest.raises((TypeError, ValueError)):
                 call()
             assert len(cache) == 3
-        layer.attn_impl = "no-such-path"
         with pytest.raises(ValueError, match="attn_impl"):
-            layer.decode(x[:, 3:4], cache)
+            layer.attn_impl = "no-such-path"  # refused when set
         assert len(cache) == 3
-        layer.attn_impl = "sdpa"
         retry, expected = layer.decode(x[:, 3:5], cache), layer.decode(x[:, 3:5], clean)  # the retry is exact
     assert len(cache) == 5 and torch.equal(retry, expected) and torch.equal(cache.keys, clean.keys)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import re
 
 import pytest
@@ -10,10 +9,17 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import layer64
 from torch import nn
 
 from attention_lib import ContextKV, CrossAttention
-from attention_lib.functional import padding_mask
+from attention_lib.masks import padding_mask
+
+
+def reference(layer: CrossAttention, x, context, mask=None):
+    """The shared float64 reference; mask: None or (B, S_kv) bool. (out (B, S, C), weights (B, NH, S, S_kv))."""
+    return layer64(layer, x, None if mask is None else mask[:, None, :], context=context)
+
 
 # (B, S, S_kv, C, C_kv, NH): S != S_kv and C_kv != C in most rows, one square self-like case.
 SHAPES = [
@@ -38,42 +44,6 @@ def make(B, S, S_kv, C, C_kv, NH, bias=True, seed=0, dtype=torch.float32):
 def lengths_for(B, S_kv):
     """Context lengths between 1 and S_kv, the first full, so there is real padding but never an empty row."""
     return [S_kv] + [max(1, S_kv - 1 - i % S_kv) for i in range(B - 1)]
-
-
-def reference(layer: CrossAttention, x, context, mask=None):
-    """Float64 loop over batch and heads, from the weights alone: independent of the layer's code paths.
-
-    mask: None or (B, S_kv) bool. Returns out (B, S, C) and weights (B, NH, S, S_kv).
-    """
-    d = torch.float64
-    B, S, C = x.shape
-    S_kv = context.shape[1]
-    NH, HS = layer.num_heads, C // layer.num_heads
-    Wq, Wkv, Wo = layer.Wq.weight.to(d), layer.Wkv.weight.to(d), layer.Wo.weight.to(d)
-    bq = layer.Wq.bias.to(d) if layer.Wq.bias is not None else torch.zeros(C, dtype=d)
-    bkv = layer.Wkv.bias.to(d) if layer.Wkv.bias is not None else torch.zeros(2 * C, dtype=d)
-    bo = layer.Wo.bias.to(d) if layer.Wo.bias is not None else torch.zeros(C, dtype=d)
-    out = torch.zeros(B, S, C, dtype=d)
-    weights = torch.zeros(B, NH, S, S_kv, dtype=d)
-    for b in range(B):
-        q = x[b].to(d) @ Wq.T + bq  # (S, C)
-        k = context[b].to(d) @ Wkv[:C].T + bkv[:C]  # (S_kv, C)
-        v = context[b].to(d) @ Wkv[C:].T + bkv[C:]  # (S_kv, C)
-        heads = []
-        for h in range(NH):
-            sl = slice(h * HS, (h + 1) * HS)
-            scores = q[:, sl] @ k[:, sl].T / math.sqrt(HS)  # (S, S_kv)
-            if mask is not None:
-                visible = mask[b]  # (S_kv,)
-                if not visible.any():
-                    heads.append(torch.zeros(S, HS, dtype=d))
-                    continue
-                scores = scores.masked_fill(~visible, float("-inf"))
-            w = scores.softmax(-1)  # (S, S_kv)
-            weights[b, h] = w
-            heads.append(w @ v[:, sl])  # (S, HS)
-        out[b] = torch.cat(heads, dim=-1) @ Wo.T + bo  # (S, C)
-    return out, weights
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -175,7 +145,7 @@ def test_load_from_torch_in_place_and_from_torch_options():
     torch.testing.assert_close(layer.Wkv.weight, torch.cat([mha.k_proj_weight, mha.v_proj_weight]))
     torch.testing.assert_close(layer.Wkv.bias, mha.in_proj_bias[8:])
     built = CrossAttention.from_torch(mha, out_drop=0.5)
-    assert built.training and built.attn_drop == 0.25 and built.out_drop.p == 0.5
+    assert built.training and built.attn_drop == 0.25 and built.out_drop == 0.5
     assert CrossAttention.from_torch(mha, attn_drop=0.0).attn_drop == 0.0
     # kdim == embed_dim: PyTorch keeps one in_proj_weight; the copy must handle it.
     same = nn.MultiheadAttention(8, 2, kdim=8, vdim=8, batch_first=True).eval()
@@ -379,7 +349,7 @@ def test_gradients_reach_every_parameter():
 
 def test_dropout_only_in_training():
     layer, x, context = make(2, 3, 4, 8, 6, 2)
-    layer.attn_drop, layer.out_drop.p = 0.5, 0.5
+    layer.attn_drop, layer.out_drop = 0.5, 0.5
     torch.testing.assert_close(layer(x, context), layer(x, context))  # eval: deterministic
     layer.train()
     torch.manual_seed(5)
@@ -464,8 +434,8 @@ def bad_case_layer():
         (lambda x, c: (torch.randn(2, 3, 12), c, None), ValueError, r"x must have shape \(B, S, 8\).*got \(2, 3, 12\)"),
         (lambda x, c: (torch.randn(3, 8), c, None), ValueError, r"x must have shape \(B, S, 8\).*got \(3, 8\)"),
         # non-bool masks
-        (lambda x, c: (x, c, torch.ones(2, 5)), TypeError, r"mask must have dtype torch\.bool.*got torch\.float32"),
-        (lambda x, c: (x, c, torch.ones(2, 5, dtype=torch.long)), TypeError, r"mask .*torch\.bool.*got torch\.int64"),
+        (lambda x, c: (x, c, torch.ones(2, 5)), TypeError, r"mask must be a torch\.Tensor .*got dtype torch\.float32"),
+        (lambda x, c: (x, c, torch.ones(2, 5, dtype=torch.long)), TypeError, r"mask .*bool.*got dtype torch\.int64"),
         (lambda x, c: (x, c, [[True] * 5] * 2), TypeError, r"mask must be a torch\.Tensor .*got list"),
         # unbroadcastable masks: over S instead of S_kv, wrong S_kv, too many dimensions
         (lambda x, c: (x, c, torch.ones(2, 3, dtype=torch.bool)), ValueError,

@@ -1,34 +1,26 @@
 """The attention functions and mask builders of attention_lib.functional, against independent references."""
 
-import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from reference import attention64
 from torch.nn.attention.bias import causal_lower_right
 
 from attention_lib.functional import (
     attend,
     attention_impls,
-    causal_mask,
     explicit_attention,
     masked_softmax,
-    padding_mask,
     register_attention_impl,
     sdpa_attention,
 )
+from attention_lib.masks import causal_mask, padding_mask
 
 
 def reference(q, k, v, mask=None):
-    """softmax(q kᵀ / √HS) v in float64 with plain loops over the keys; rows with no visible key give zeros."""
-    q, k, v = q.double(), k.double(), v.double()
-    scores = torch.einsum("...id,...jd->...ij", q, k) / math.sqrt(q.size(-1))  # (..., S, S_kv)
-    e = (scores - scores.amax(dim=-1, keepdim=True)).exp()
-    if mask is not None:
-        e = e * mask.expand_as(e)
-    total = e.sum(dim=-1, keepdim=True)
-    weights = torch.where(total > 0, e / total.clamp_min(1e-300), torch.zeros_like(e))  # (..., S, S_kv)
-    return weights @ v, weights
+    """The shared float64 reference: (context, weights); rows with no visible key give zeros."""
+    return attention64(q, k, v, mask)
 
 
 def qkv(*shape_q, S_kv=None, seed=0):
@@ -141,8 +133,8 @@ def test_attend_paths_agree_with_masks_and_is_causal(mask_name, is_causal):
     B, NH, S, HS = 2, 3, 5, 4
     q, k, v = qkv(B, NH, S, HS)
     mask = _masks(B, S, S)[mask_name]
-    ctx_f, none = attend(q, k, v, mask, is_causal=is_causal)
-    ctx_e, w = attend(q, k, v, mask, is_causal=is_causal, attn_impl="explicit")
+    ctx_f, none = attend(q, k, v, mask=mask, is_causal=is_causal)
+    ctx_e, w = attend(q, k, v, mask=mask, is_causal=is_causal, impl="explicit")
     assert none is None and w.shape == (B, NH, S, S)
     assert torch.allclose(ctx_f, ctx_e, atol=1e-5)
     if mask is None:
@@ -161,7 +153,7 @@ def test_is_causal_equals_sdpa_is_causal():
     q, k, v = qkv(2, 2, 6, 8)
     ctx, _ = attend(q, k, v, is_causal=True)
     assert torch.allclose(ctx, F.scaled_dot_product_attention(q, k, v, is_causal=True), atol=1e-6)
-    ctx_e, w = attend(q, k, v, is_causal=True, attn_impl="explicit")
+    ctx_e, w = attend(q, k, v, is_causal=True, impl="explicit")
     assert torch.allclose(ctx_e, ctx, atol=1e-5)
     assert bool((w.triu(diagonal=1) == 0).all())
 
@@ -172,7 +164,7 @@ def test_attend_is_causal_with_other_key_lengths_is_aligned_at_the_end(S, S_kv):
     q, k, v = qkv(1, 2, S, 4, S_kv=S_kv)
     ref_ctx, ref_w = reference(q, k, v, causal_mask(S, S_kv))
     for impl in attention_impls():
-        ctx, w = attend(q, k, v, is_causal=True, attn_impl=impl)
+        ctx, w = attend(q, k, v, is_causal=True, impl=impl)
         assert torch.allclose(ctx.double(), ref_ctx, atol=1e-5), impl
         if w is not None:
             assert torch.allclose(w.double(), ref_w, atol=1e-6)
@@ -190,7 +182,7 @@ def test_lower_level_functions_agree_on_causal_with_longer_keys():
 def test_mask_and_is_causal_combine_by_and():
     q, k, v = qkv(2, 5, 4)
     pad = padding_mask([5, 3])[:, None, :]  # (B, 1, S_kv)
-    ctx, _ = attend(q, k, v, pad, is_causal=True)
+    ctx, _ = attend(q, k, v, mask=pad, is_causal=True)
     expected = F.scaled_dot_product_attention(q, k, v, attn_mask=pad & causal_mask(5))
     assert torch.allclose(ctx, expected, atol=1e-6)
 
@@ -203,7 +195,7 @@ def _entry_points():
     return [
         ("explicit_attention", lambda q, k, v, m: explicit_attention(q, k, v, m)[0]),
         ("sdpa_attention", lambda q, k, v, m: sdpa_attention(q, k, v, m)),
-        *[(f"attend-{impl}", lambda q, k, v, m, impl=impl: attend(q, k, v, m, attn_impl=impl)[0])
+        *[(f"attend-{impl}", lambda q, k, v, m, impl=impl: attend(q, k, v, mask=m, impl=impl)[0])
           for impl in attention_impls()],
     ]
 
@@ -246,15 +238,15 @@ def test_a_2d_mask_needs_queries_with_a_batch_axis(name, fn):
 def test_a_registered_path_receives_the_padding_mask_already_reshaped():
     seen = []
 
-    def recording(q, k, v, mask, dropout_p, is_causal):
+    def recording(q, k, v, *, mask, bias, scale, dropout_p, is_causal):
         seen.append(tuple(mask.shape))
-        return explicit_attention(q, k, v, mask, dropout_p, is_causal)
+        return explicit_attention(q, k, v, mask, dropout_p, is_causal, bias=bias, scale=scale)
 
     register_attention_impl("shape-recording-test", recording)
     try:
         q, k, v = qkv(2, 3, 4, 8, S_kv=5)  # (B, NH, S, HS)
-        attend(q, k, v, padding_mask([5, 2]), attn_impl="shape-recording-test")
-        attend(q, k, v, torch.ones(5, dtype=torch.bool), attn_impl="shape-recording-test")
+        attend(q, k, v, mask=padding_mask([5, 2]), impl="shape-recording-test")
+        attend(q, k, v, mask=torch.ones(5, dtype=torch.bool), impl="shape-recording-test")
     finally:
         from attention_lib import functional
 
@@ -271,7 +263,7 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients(explicit):
     q, k, v = (t.requires_grad_(True) for t in qkv(B, NH, S, HS))
     # left padding with the causal rule: the first S - length queries see nothing
     mask = padding_mask([2, 4], left=True)[:, None, None, :]  # (B, 1, 1, S_kv)
-    ctx, w = attend(q, k, v, mask, is_causal=True, attn_impl="explicit" if explicit else "sdpa")
+    ctx, w = attend(q, k, v, mask=mask, is_causal=True, impl="explicit" if explicit else "sdpa")
     assert bool(ctx.isfinite().all())
     assert bool((ctx[0, :, :2] == 0).all())
     assert not bool((ctx[0, :, 2:] == 0).all()) and not bool((ctx[1] == 0).all())
@@ -287,7 +279,7 @@ def test_fully_masked_everything_gives_zeros_on_both_paths():
     q, k, v = qkv(2, 3, 4)
     mask = torch.zeros(2, 3, 3, dtype=torch.bool)
     for explicit in (False, True):
-        ctx, _ = attend(q, k, v, mask, attn_impl="explicit" if explicit else "sdpa")
+        ctx, _ = attend(q, k, v, mask=mask, impl="explicit" if explicit else "sdpa")
         assert torch.equal(ctx, torch.zeros_like(ctx))
 
 
@@ -338,8 +330,8 @@ def test_every_entry_point_refuses_a_non_bool_mask(entry, dtype):
     call = {
         "explicit_attention": lambda: explicit_attention(q, k, v, mask),
         "sdpa_attention": lambda: sdpa_attention(q, k, v, mask),
-        "attend-sdpa": lambda: attend(q, k, v, mask),
-        "attend-explicit": lambda: attend(q, k, v, mask, attn_impl="explicit"),
+        "attend-sdpa": lambda: attend(q, k, v, mask=mask),
+        "attend-explicit": lambda: attend(q, k, v, mask=mask, impl="explicit"),
     }[entry]
     with pytest.raises(TypeError, match=rf"mask must be .*torch.bool.*got dtype {dtype}"):
         call()
@@ -350,7 +342,7 @@ def test_a_mask_on_another_device_is_refused(entry):
     q, k, v = qkv(2, 3, 4)
     mask = torch.ones(2, 3, 3, dtype=torch.bool, device="meta")
     with pytest.raises(ValueError, match=r"mask must be on the device of the queries \(cpu\), got a mask on meta"):
-        entry(q, k, v, mask)
+        entry(q, k, v, mask=mask)
 
 
 # --- the registry of paths ----------------------------------------------------------------------------------------
@@ -359,21 +351,21 @@ def test_a_mask_on_another_device_is_refused(entry):
 def test_attend_refuses_an_unknown_path():
     q, k, v = qkv(2, 3, 4)
     with pytest.raises(ValueError, match=r"attn_impl must be one of \(.*'sdpa'.*'explicit'.*\), got 'fast'"):
-        attend(q, k, v, attn_impl="fast")
+        attend(q, k, v, impl="fast")
 
 
 def test_a_registered_path_is_selectable_by_name():
     calls = []
 
-    def recording(q, k, v, mask, dropout_p, is_causal):
-        calls.append((mask is None, dropout_p, is_causal))
-        return explicit_attention(q, k, v, mask, dropout_p, is_causal)
+    def recording(q, k, v, *, mask, bias, scale, dropout_p, is_causal):
+        calls.append((mask is None, bias is None, scale, dropout_p, is_causal))
+        return explicit_attention(q, k, v, mask, dropout_p, is_causal, bias=bias, scale=scale)
 
     register_attention_impl("recording-test", recording)
     try:
         q, k, v = qkv(2, 3, 4)
-        ctx, w = attend(q, k, v, is_causal=True, attn_impl="recording-test")
-        assert calls == [(True, 0.0, True)] and w is not None
+        ctx, w = attend(q, k, v, is_causal=True, impl="recording-test")
+        assert calls == [(True, True, None, 0.0, True)] and w is not None
         assert torch.allclose(ctx, attend(q, k, v, is_causal=True)[0], atol=1e-5)
     finally:
         from attention_lib import functional

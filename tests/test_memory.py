@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-import attention_lib.memory as memory
-from attention_lib.memory import LargestBuffer, can_measure_peak, peak_mib
+import attention_lib.tools.memory as memory
+from attention_lib.tools.memory import LargestBuffer, can_measure_peak, peak_mib
 
 LINUX_PEAK = pytest.mark.skipif(not can_measure_peak(), reason="peak memory needs Linux with glibc and clear_refs")
 

@@ -1,35 +1,16 @@
 """SingleHeadAttention against an independent reference, its two paths, masks, gradients and bad inputs."""
 
-import math
 
 import pytest
 import torch
+from reference import layer64
 
 from attention_lib import SingleHeadAttention
 
 
 def reference(layer: SingleHeadAttention, x: torch.Tensor, mask: torch.Tensor | None = None):
-    """The layer's maths in float64 from its weights alone, without any attention_lib code.
-
-    mask: None or bool (B, S, S_kv), True = may attend. Returns (out (B, S, C), weights (B, S, S_kv)).
-    """
-    x = x.double()
-    HS = layer.hidden_size // 4
-    Wqkv = layer.Wqkv.weight.double()
-    bqkv = layer.Wqkv.bias.double() if layer.Wqkv.bias is not None else torch.zeros(3 * HS, dtype=torch.float64)
-    q = x @ Wqkv[:HS].T + bqkv[:HS]  # (B, S, HS)
-    k = x @ Wqkv[HS : 2 * HS].T + bqkv[HS : 2 * HS]  # (B, S, HS)
-    v = x @ Wqkv[2 * HS :].T + bqkv[2 * HS :]  # (B, S, HS)
-    scores = torch.einsum("bid,bjd->bij", q, k) / math.sqrt(HS)  # (B, S, S_kv)
-    e = scores.exp()
-    if mask is not None:
-        e = e * mask  # masked keys contribute nothing
-    total = e.sum(-1, keepdim=True)
-    weights = torch.where(total > 0, e / total.clamp_min(1e-300), torch.zeros_like(e))  # (B, S, S_kv)
-    out = torch.einsum("bij,bjd->bid", weights, v) @ layer.Wo.weight.double().T  # (B, S, C)
-    if layer.Wo.bias is not None:
-        out = out + layer.Wo.bias.double()
-    return out, weights
+    """The shared float64 reference; mask: None or bool (B, S, S_kv). (out (B, S, C), weights (B, S, S_kv))."""
+    return layer64(layer, x, mask)
 
 
 def random_mask(B: int, S: int, generator: torch.Generator) -> torch.Tensor:

@@ -14,10 +14,12 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference import causal, layer64, paper_slopes, rope64, window
+from reference import padding as _padding
 
 import attention_lib
+import attention_lib.bidirectional as bidirectional
 import attention_lib.functional
-import attention_lib.variants as variants
 from attention_lib import (
     CausalAttention,
     GroupedQueryAttention,
@@ -26,14 +28,14 @@ from attention_lib import (
     alibi_bias,
     alibi_slopes,
     apply_rope,
-    attend_with_bias,
+    attend,
     kv_cache_bytes,
     padding_positions,
     repeat_kv,
     rope_cos_sin,
     sliding_window_mask,
 )
-from attention_lib.variants import grouped_rows, hf_attention_kwargs, load_hf_attention
+from attention_lib.hf_interop import grouped_rows, hf_attention_kwargs, load_hf_attention
 
 transformers = pytest.importorskip("transformers")
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask  # noqa: E402
@@ -43,65 +45,18 @@ PACKAGE = Path(attention_lib.__file__).resolve().parent
 # ---------------------------------------------------------------------------------------------- helpers
 
 
+
 def pad_mask(lengths: list[int], S: int, left: bool) -> torch.Tensor:
-    """(B, S) bool, True on real tokens, written independently of attention_lib."""
-    rows = [[False] * (S - n) + [True] * n if left else [True] * n + [False] * (S - n) for n in lengths]
-    return torch.tensor(rows, dtype=torch.bool)
-
-
-def paper_slopes(n: int) -> list[float]:
-    """ALiBi's slopes as the code of Press et al. (2022) computes them."""
-
-    def power_of_2(n):
-        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
-        return [start * start**i for i in range(n)]
-
-    if math.log2(n).is_integer():
-        return power_of_2(n)
-    closest = 2 ** math.floor(math.log2(n))
-    return power_of_2(closest) + paper_slopes(2 * closest)[0::2][: n - closest]
-
-
-def rope_by_angles(t: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """RoPE on planes (i, i + HS/2) of t (B, H, S, HS) at positions (B, S), float64, from the definition."""
-    HS = t.shape[-1]
-    half = HS // 2
-    freq = theta ** (-2 * torch.arange(half, dtype=torch.float64) / HS)  # (HS/2,)
-    angle = positions.double()[:, None, :, None] * freq  # (B, 1, S, HS/2)
-    a, b = t[..., :half], t[..., half:]
-    return torch.cat([a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()], dim=-1)
+    return _padding(lengths, S, left)
 
 
 def reference(layer: GroupedQueryAttention, x: torch.Tensor, pad: torch.Tensor | None = None, positions=None):
-    """The layer's maths in float64 from its weights alone; returns (out (B, S, C), weights (B, NH, S, S))."""
-    B, S, C = x.shape
-    NH, NKV, HS = layer.num_heads, layer.num_kv_heads, layer.head_size
-    W = layer.Wqkv.weight.double()
-    b = layer.Wqkv.bias.double() if layer.Wqkv.bias is not None else torch.zeros(W.shape[0], dtype=torch.float64)
-    qkv = x.double() @ W.T + b  # (B, S, (NH + 2 NKV) HS)
-    q = qkv[..., : NH * HS].reshape(B, S, NH, HS).transpose(1, 2)
-    k = qkv[..., NH * HS : (NH + NKV) * HS].reshape(B, S, NKV, HS).transpose(1, 2)
-    v = qkv[..., (NH + NKV) * HS :].reshape(B, S, NKV, HS).transpose(1, 2)
-    if layer.rope_theta is not None:
-        pos = torch.arange(S).expand(B, S) if positions is None else positions.expand(B, S)
-        q, k = rope_by_angles(q, pos, layer.rope_theta), rope_by_angles(k, pos, layer.rope_theta)
-    head_of = [h * NKV // NH for h in range(NH)]  # key/value head of each query head, computed another way
-    k, v = k[:, head_of], v[:, head_of]  # (B, NH, S, HS)
-    scores = q @ k.transpose(-2, -1) / math.sqrt(HS)  # (B, NH, S, S)
-    i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]
-    if layer.alibi:
-        slopes = torch.tensor(paper_slopes(NH), dtype=torch.float64)
-        scores = scores - slopes[:, None, None] * (i - j)
-    visible = (j <= i) if layer.window is None else (j <= i) & (i - j < layer.window)  # (S, S)
-    visible = visible[None, None] if pad is None else visible[None, None] & pad[:, None, None, :]
-    e = (scores - scores.masked_fill(~visible, -1e300).amax(-1, keepdim=True)).exp() * visible
-    total = e.sum(-1, keepdim=True)
-    weights = torch.where(total > 0, e / total.clamp_min(1e-300), torch.zeros_like(e))  # (B, NH, S, S)
-    ctx = (weights @ v).transpose(1, 2).reshape(B, S, C)
-    out = ctx @ layer.Wo.weight.double().T
-    if layer.Wo.bias is not None:
-        out = out + layer.Wo.bias.double()
-    return out, weights
+    """The shared float64 reference, with what the layer hides written out: the causal rule (or the window) and
+    the padding; returns (out (B, S, C), weights (B, NH, S, S))."""
+    S = x.shape[1]
+    visible = (causal(S) if layer.window is None else window(S, layer.window))[None]  # (1, S, S)
+    visible = visible if pad is None else visible & pad[:, None, :]  # (B, S, S)
+    return layer64(layer, x, visible, positions=positions)
 
 
 EXTRAS = {
@@ -328,7 +283,7 @@ def test_single_token_decoding_folds_the_groups_instead_of_copying_the_cache(mon
         def no_copy(t, groups):
             raise AssertionError("repeat_kv called for a single new token")
 
-        monkeypatch.setattr(variants, "repeat_kv", no_copy)
+        monkeypatch.setattr(bidirectional, "repeat_kv", no_copy)
         last = layer.decode(x[:, 5:], cache)
     assert torch.allclose(torch.cat([first, last], dim=1), full, atol=1e-5)
 
@@ -345,7 +300,7 @@ def test_decoding_under_inference_mode_and_in_float64():
 
 
 @pytest.mark.parametrize("extra", ["plain", "window"])
-def test_a_failed_decode_leaves_the_cache_as_it_was(extra):
+def test_a_failed_decode_leaves_the_cache_as_it_was(extra, monkeypatch):
     torch.manual_seed(11)
     layer = make(2, extra)
     cache, clean = layer.new_cache(2), layer.new_cache(2)
@@ -366,20 +321,29 @@ def test_a_failed_decode_leaves_the_cache_as_it_was(extra):
             with pytest.raises((TypeError, ValueError)):
                 call()
             assert len(cache) == len(clean) and torch.equal(cache.keys, before)
-        layer.attn_impl = "no-such-path"
         with pytest.raises(ValueError, match="attn_impl"):
+            layer.attn_impl = "no-such-path"  # refused when set
+
+        def broken(q, k, v, **kwargs):
+            raise RuntimeError("a path that fails after every check passed")
+
+        monkeypatch.setitem(attention_lib.functional._ATTENTION_IMPLS, "test-broken", broken)
+        layer.attn_impl = "test-broken"
+        with pytest.raises(RuntimeError, match="a path that fails"):
             layer.decode(x[:, 4:5], cache)
+        assert len(cache) == len(clean) and cache.seen == clean.seen and torch.equal(cache.keys, before)
         layer.attn_impl = "sdpa"
         assert torch.equal(layer.decode(x[:, 4:6], cache), layer.decode(x[:, 4:6], clean))
 
 
 def test_a_causal_layer_refuses_a_rolling_cache():
-    """A SlidingWindowCache returns only its last keys: notebook 04's CausalAttention.decode, which lets a new query see
-    every key the cache returns, gave wrong outputs with one (it was a KVCache subclass); now it is not a KVCache."""
+    """A SlidingWindowCache returns only its last keys: a CausalAttention, which lets a new query see every earlier key,
+    would give wrong outputs with one; the cache's window says so, and the layer refuses it."""
     cache = SlidingWindowCache(1, 2, 4, window=3)  # NKV = 2 heads of HS = 4
     assert not isinstance(cache, KVCache)
     causal = CausalAttention(8, 2, context_size=16).eval()  # NH = 2 heads of HS = 4: the cache's sizes
-    with torch.no_grad(), pytest.raises(TypeError, match="cache must be a KVCache"):
+    with torch.no_grad(), pytest.raises(ValueError, match="cache keeps only the last 3 tokens, but the layer's queries "
+                                                          "see every earlier token"):
         causal.decode(torch.randn(1, 5, 8), cache)
     assert len(cache) == 0 and cache.seen == 0
 
@@ -387,7 +351,7 @@ def test_a_causal_layer_refuses_a_rolling_cache():
 def test_decode_refuses_caches_it_cannot_use():
     layer = make(2, "window")  # window 3
     with torch.no_grad():
-        with pytest.raises(TypeError, match="cache must be a KVCache"):
+        with pytest.raises(TypeError, match="cache must be a Cache"):
             layer.decode(torch.randn(1, 1, 32), {"keys": None})
         with pytest.raises(ValueError, match=r"\(NKV, HS\) = \(2, 4\).*got \(8, 4\)"):
             layer.decode(torch.randn(1, 1, 32), make(8, "plain").new_cache(1))
@@ -409,7 +373,7 @@ def test_new_cache_sizes():
     assert type(make(2, "plain").new_cache(3)) is KVCache
     assert make(2, "plain").new_cache(3).max_length == 16
     window = make(2, "window").new_cache(3)
-    assert isinstance(window, SlidingWindowCache) and window.window == 3 and window.num_heads == 2
+    assert isinstance(window, SlidingWindowCache) and window.window == 3 and window.num_kv_heads == 2
     assert type(make(2, "window").new_cache(3, max_length=3)) is KVCache  # the window hides nothing then
     with pytest.raises(ValueError, match="max_length must be at most context_size=16, got 17"):
         make(2, "plain").new_cache(1, max_length=17)
@@ -456,7 +420,7 @@ def test_sliding_window_cache_refuses_bad_appends():
     with torch.no_grad():
         with pytest.raises(ValueError, match=r"\(B, NKV, S_new, HS\) = \(2, 3, S_new, 4\)"):
             cache.append(torch.randn(2, 2, 1, 4), torch.randn(2, 2, 1, 4))
-        with pytest.raises(ValueError, match="the same for k and v"):
+        with pytest.raises(ValueError, match="k and v must both have shape"):
             cache.append(torch.randn(2, 3, 1, 4), torch.randn(2, 3, 2, 4))
         with pytest.raises(TypeError, match="dtype"):
             cache.append(torch.randn(2, 3, 1, 4, dtype=torch.float64), torch.randn(2, 3, 1, 4, dtype=torch.float64))
@@ -506,7 +470,7 @@ def test_rope_matches_hugging_face_llama(theta):
     assert torch.allclose(apply_rope(x, ours_cos[:, None], ours_sin[:, None]), hf_q, atol=1e-6)
     assert torch.allclose(
         apply_rope(x.double(), *[t[:, None] for t in rope_cos_sin(positions, 16, theta, torch.float64)]),
-        rope_by_angles(x.double(), positions, theta),
+        rope64(x.double(), positions, theta),
         atol=1e-12,
     )
 
@@ -547,7 +511,7 @@ def test_alibi_bias_is_aligned_at_the_end_of_the_keys():
     assert torch.equal(alibi_bias(slopes, 2, 6), full[:, 4:])
 
 
-def test_attend_with_bias_matches_sdpa_with_a_float_mask_and_refuses_bad_arguments():
+def test_attend_with_a_bias_matches_sdpa_with_a_float_mask_on_every_path_and_refuses_bad_arguments():
     torch.manual_seed(12)
     q, k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
     bias = torch.randn(1, 3, 4, 6)
@@ -556,32 +520,32 @@ def test_attend_with_bias_matches_sdpa_with_a_float_mask_and_refuses_bad_argumen
     float_mask = bias.masked_fill(~mask, float("-inf"))
     expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=float_mask).nan_to_num(0.0)
     expected = expected.masked_fill(~mask.any(-1, keepdim=True), 0.0)
-    for impl in ("sdpa", "explicit"):
-        ctx, w = attend_with_bias(q, k, v, bias, mask, attn_impl=impl)
-        assert torch.allclose(ctx, expected, atol=1e-6) and not ctx.isnan().any()
-        assert (w is None) == (impl == "sdpa")
-    causal, _ = attend_with_bias(q, k, v, bias, is_causal=True, attn_impl="explicit")
     tri = torch.ones(1, 4, 6, dtype=torch.bool).tril(2)  # (1, S, S_kv): a 2-D mask would be a padding mask
-    assert torch.allclose(causal, attend_with_bias(q, k, v, bias, tri, attn_impl="sdpa")[0], atol=1e-6)
+    for impl in attention_lib.attention_impls():
+        ctx, w = attend(q, k, v, mask=mask, bias=bias, impl=impl)
+        assert torch.allclose(ctx, expected, atol=1e-6) and not ctx.isnan().any(), impl
+        assert (w is None) == (impl != "explicit")
+        causal, _ = attend(q, k, v, bias=bias, is_causal=True, impl=impl)
+        assert torch.allclose(causal, attend(q, k, v, mask=tri, bias=bias, impl="sdpa")[0], atol=1e-6), impl
     with pytest.raises(TypeError, match="bias must be a floating-point tensor"):
-        attend_with_bias(q, k, v, mask)
-    with pytest.raises(ValueError, match="'sdpa' or 'explicit'"):
-        attend_with_bias(q, k, v, bias, attn_impl="tiled")
+        attend(q, k, v, bias=mask)
+    with pytest.raises(ValueError, match=r"bias must broadcast to the scores \(2, 3, 4, 6\), got \(5, 6\)"):
+        attend(q, k, v, bias=torch.zeros(5, 6))
     with pytest.raises(TypeError, match="mask must be a torch.Tensor of dtype torch.bool"):
-        attend_with_bias(q, k, v, bias, mask.float())
+        attend(q, k, v, mask=mask.float(), bias=bias)
 
 
-def test_attend_with_bias_takes_a_float32_bias_with_bfloat16_queries_on_both_paths():
+def test_a_bias_in_float32_goes_with_bfloat16_queries_on_every_path():
     """ALiBi's bias is float32 while a layer may run in bfloat16: the explicit path promoted its scores to float32
-    and then failed on bfloat16 values; both paths now cast the bias to the queries' dtype."""
+    and then failed on bfloat16 values; every path now gets the bias in the queries' dtype."""
     torch.manual_seed(13)
     q, k, v = (torch.randn(1, 4, 5, 8, dtype=torch.bfloat16) for _ in range(3))  # (B, NH, S, HS) each
     bias = alibi_bias(alibi_slopes(4), 5)[None]  # (1, NH, S, S), float32
-    sdpa, _ = attend_with_bias(q, k, v, bias, is_causal=True)
-    explicit, w = attend_with_bias(q, k, v, bias, is_causal=True, attn_impl="explicit")
-    assert sdpa.dtype == explicit.dtype == w.dtype == torch.bfloat16
-    reference, _ = attend_with_bias(q.float(), k.float(), v.float(), bias, is_causal=True, attn_impl="explicit")
-    assert torch.allclose(explicit.float(), reference, atol=3e-2) and torch.allclose(sdpa.float(), reference, atol=3e-2)
+    reference, _ = attend(q.float(), k.float(), v.float(), bias=bias, is_causal=True, impl="explicit")
+    for impl in attention_lib.attention_impls():
+        ctx, w = attend(q, k, v, bias=bias, is_causal=True, impl=impl)
+        assert ctx.dtype == torch.bfloat16 and (w is None or w.dtype == torch.bfloat16), impl
+        assert torch.allclose(ctx.float(), reference, atol=3e-2), impl
     layer = GroupedQueryAttention(32, 4, 2, context_size=8, alibi=True).to(torch.bfloat16).eval()
     layer.attn_impl = "explicit"
     with torch.no_grad():
@@ -781,7 +745,7 @@ def test_from_hf_copies_the_dropout_each_module_applies():
     cfg._attn_implementation = "eager"
     falcon = randomize(FalconAttention(cfg, layer_idx=0)).train()
     ours = GroupedQueryAttention.from_hf(falcon)
-    assert ours.training and ours.attn_drop == 0.0 and ours.out_drop.p == 0.0
+    assert ours.training and ours.attn_drop == 0.0 and ours.out_drop == 0.0
     x, pad = batch(None)
     positions = padding_positions(pad)
     with torch.no_grad():  # in training mode both are still deterministic, and equal
@@ -792,7 +756,7 @@ def test_from_hf_copies_the_dropout_each_module_applies():
     bloom_cfg = BloomConfig(hidden_size=48, n_head=6, n_layer=1, vocab_size=10, attention_dropout=0.2,
                             hidden_dropout=0.3)
     bloom = GroupedQueryAttention.from_hf(BloomAttention(bloom_cfg, layer_idx=0), context_size=8)
-    assert bloom.attn_drop == 0.2 and bloom.out_drop.p == 0.3
+    assert bloom.attn_drop == 0.2 and bloom.out_drop == 0.3
 
 
 def test_from_hf_keeps_dtype_mode_and_dropout():
@@ -800,7 +764,7 @@ def test_from_hf_keeps_dtype_mode_and_dropout():
     llama = llama.double().train()
     ours = GroupedQueryAttention.from_hf(llama, context_size=8, out_drop=0.1)
     assert ours.training and ours.Wqkv.weight.dtype == torch.float64
-    assert ours.attn_drop == 0.25 and ours.out_drop.p == 0.1 and ours.context_size == 8
+    assert ours.attn_drop == 0.25 and ours.out_drop == 0.1 and ours.context_size == 8
     assert hf_attention_kwargs(llama)["num_kv_heads"] == 2
 
 
@@ -977,19 +941,17 @@ def test_forward_refuses_bad_inputs(what, data):
     assert raised_by_package(info.value), f"{info.type.__name__} raised outside the package: {info.value}"
 
 
-def test_alibi_needs_a_path_that_takes_a_bias(monkeypatch):
-    monkeypatch.setitem(attention_lib.functional._ATTENTION_IMPLS, "test-plain", attention_lib.explicit_attention)
-    layer = make(2, "alibi")
-    layer.attn_impl = "test-plain"
-    with pytest.raises(ValueError, match=r"attn_impl must be one of \('sdpa', 'explicit'\) \(ALiBi"):
-        layer(torch.randn(1, 3, 32))
-    other = make(2, "rope")  # without ALiBi any registered path works
+def test_alibi_runs_on_every_registered_path_a_users_too(monkeypatch):
+    monkeypatch.setitem(attention_lib.functional._ATTENTION_IMPLS, "test-user", attention_lib.functional._explicit)
     x = torch.randn(1, 3, 32)
-    with torch.no_grad():
-        other.attn_impl = "test-plain"
-        via_registered = other(x)
-        other.attn_impl = "explicit"
-        assert torch.allclose(via_registered, other(x), atol=1e-6)
+    for options in ("alibi", "rope"):
+        layer = make(2, options)
+        with torch.no_grad():
+            layer.attn_impl = "explicit"
+            expected = layer(x)
+            for impl in (*attention_lib.attention_impls(), "test-user"):
+                layer.attn_impl = impl
+                assert torch.allclose(layer(x), expected, atol=1e-6), (options, impl)
 
 
 def test_public_names():
@@ -1002,10 +964,8 @@ def test_public_names():
         "apply_rope",
         "repeat_kv",
         "sliding_window_mask",
-        "attend_with_bias",
         "kv_cache_bytes",
         "padding_positions",
     ]:
         assert name in attention_lib.__all__ and hasattr(attention_lib, name), name
-    assert GroupedQueryAttention.decode.__qualname__ == "GroupedQueryAttention.decode"
-    assert getattr(variants, "decode", None) is None and getattr(variants, "forward", None) is None  # only methods
+    assert GroupedQueryAttention.forward is CausalAttention.forward  # one implementation, extended by hooks

@@ -756,7 +756,7 @@ def test_the_new_kinds_run_seeded_default_layers():
         assert data["groups"] == ("2" if kind == "grouped-query" else "1")
     again = explore_attention(kinds=("grouped-query",), hidden_size=16, num_heads=4, tokens=SENTENCE)
     assert torch.equal(again.compute().weights, ex.compute(kind="grouped-query").weights)  # seeded: the same layer
-    register_kind("mine", KINDS["causal"].run, layer=lambda C, NH, T: BidirectionalAttention(C, NH, bias=False))
+    register_kind("mine", KINDS["causal"].run, make_layer=lambda C, NH, T: BidirectionalAttention(C, NH, bias=False))
     try:  # a kind registered with its own default layer gets it
         assert explore_attention(kinds=("mine",), hidden_size=8, num_heads=2).layers["mine"].Wqkv.bias is None
     finally:

@@ -7,7 +7,8 @@ import warnings
 
 import torch
 
-from ..functional import causal_mask, masked_softmax, padding_mask
+from ..functional import masked_softmax
+from ..masks import causal_mask, padding_mask
 from ._grading import Hint, expect_shape, expect_tensor, grader
 
 __all__ = ["check_00_1", "check_00_2", "check_00_3", "check_00_4", "LOAN_TOKENS", "LOAN_KEYS"]

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from .. import functional
-from ..functional import attend, causal_mask, explicit_attention, padding_mask, register_attention_impl
+from ..functional import attend, explicit_attention, register_attention_impl
+from ..masks import causal_mask, padding_mask
 from ..single_head import SingleHeadAttention
 from ._grading import Hint, expect_close, expect_shape, expect_tensor, grader
 
@@ -106,36 +107,56 @@ def check_02_2(forward) -> str:
 
 @grader("02.3")
 def check_02_3(path) -> str:
-    """`path(q, k, v, mask, dropout_p, is_causal)` returns (context, weights or None) like explicit_attention."""
+    """`path(q, k, v, *, mask, bias, scale, dropout_p, is_causal)` returns (context, weights or None) like the
+    explicit path of `attend`."""
     g = torch.Generator().manual_seed(7)
-    B, S, HS = 2, 4, 3
-    q, k, v = torch.randn(3, B, S, HS, generator=g).unbind(0)  # each (B, S, HS)
-    blind = torch.ones(B, S, S, dtype=torch.bool)  # (B, S, S_kv)
+    B, S, S_kv, HS = 2, 3, 5, 4
+    q = torch.randn(B, S, HS, generator=g)  # (B, S, HS)
+    k, v = torch.randn(2, B, S_kv, HS, generator=g).unbind(0)  # each (B, S_kv, HS)
+    blind = torch.ones(B, S, S_kv, dtype=torch.bool)  # (B, S, S_kv)
     blind[0, 2] = False  # query 2 of sequence 0 sees nothing
+    bias = -0.5 * torch.arange(S_kv, 0, -1.0).expand(S, S_kv)  # (S, S_kv): an ALiBi-like penalty
     cases = [
-        ("no mask", None, False),
-        ("a padding mask (B, 1, S_kv)", padding_mask([4, 2])[:, None, :], False),
-        ("a query that sees no key", blind, False),
-        ("is_causal=True", None, True),
-        ("a padding mask and is_causal=True", padding_mask([3, 4])[:, None, :], True),
+        ("no mask", {}),
+        ("a padding mask (B, 1, S_kv)", {"mask": padding_mask([5, 2])[:, None, :]}),
+        ("a query that sees no key", {"mask": blind}),
+        ("is_causal=True, S=3 queries after S_kv=5 keys", {"is_causal": True}),
+        ("a padding mask and is_causal=True", {"mask": padding_mask([4, 5])[:, None, :], "is_causal": True}),
+        ("a bias", {"bias": bias}),
+        ("scale=0.25", {"scale": 0.25}),
     ]
-    for what, mask, is_causal in cases:
-        answer = path(q.clone(), k.clone(), v.clone(), None if mask is None else mask.clone(), 0.0, is_causal)
+    for what, case in cases:
+        args = {"mask": None, "bias": None, "scale": None, "dropout_p": 0.0, "is_causal": False} | case
+        answer = path(q.clone(), k.clone(), v.clone(), **{n: a.clone() if torch.is_tensor(a) else a
+                                                          for n, a in args.items()})
         if not isinstance(answer, tuple | list) or len(answer) != 2:
             raise Hint("a path returns a pair (context, weights or None).")
         context = expect_tensor(answer[0], f"the context with {what}")
-        expected, expected_w = explicit_attention(q, k, v, mask, 0.0, is_causal)  # (B, S, HS), (B, S, S_kv)
+        expected, expected_w = explicit_attention(q, k, v, args["mask"], 0.0, args["is_causal"], bias=args["bias"],
+                                                  scale=args["scale"])  # (B, S, HS), (B, S, S_kv)
         if bool(context.isnan().any()):
             raise Hint(f"NaN in the context with {what}: a query that sees no key must get zero weights and a zero "
                        "context (give its row finite scores before the softmax, then zero its weights).")
-        if is_causal and torch.allclose(context, explicit_attention(q, k, v, mask)[0], atol=1e-5):
-            raise Hint("is_causal=True must hide the future: query i may see keys 0..i only (AND the mask).")
-        if mask is not None and torch.allclose(context, explicit_attention(q, k, v, None, 0.0, is_causal)[0],
+        mask = args["mask"]
+        if args["is_causal"]:
+            top_left = torch.ones(1, S, S_kv, dtype=torch.bool).tril()  # (1, S, S_kv): the triangle from the first key
+            if torch.allclose(context, explicit_attention(q, k, v, top_left if mask is None else mask & top_left)[0],
+                              atol=1e-5):
+                raise Hint("with S_kv > S the S queries are the last S positions: query i sees keys 0..S_kv - S + i, "
+                           "tril(diagonal=S_kv - S), not tril().")
+            if torch.allclose(context, explicit_attention(q, k, v, mask)[0], atol=1e-5):
+                raise Hint("is_causal=True must hide the future: query i may see keys 0..S_kv - S + i only (AND the "
+                           "mask).")
+        if mask is not None and torch.allclose(context, explicit_attention(q, k, v, None, 0.0, args["is_causal"])[0],
                                                atol=1e-5):
             raise Hint(f"the context with {what} is the one without the mask: hide the keys where the mask is False.")
-        if mask is not None and torch.allclose(context, explicit_attention(q, k, v, ~mask, 0.0, is_causal)[0],
+        if mask is not None and torch.allclose(context, explicit_attention(q, k, v, ~mask, 0.0, args["is_causal"])[0],
                                                atol=1e-5):
             raise Hint("True must mean 'may attend': you hid the visible keys.")
+        if "bias" in case and torch.allclose(context, explicit_attention(q, k, v)[0], atol=1e-5):
+            raise Hint("the bias is added to the scores, after the scaling and before the softmax.")
+        if "scale" in case and torch.allclose(context, explicit_attention(q, k, v)[0], atol=1e-5):
+            raise Hint("scale=None means 1/√HS; any other scale multiplies q kᵀ instead.")
         expect_close(context, expected, f"the context with {what}", atol=1e-5,
                      why="Compare your scores, weights and context with explicit_attention step by step.")
         if answer[1] is not None:
@@ -147,10 +168,12 @@ def check_02_3(path) -> str:
         layer = SingleHeadAttention(8)
         x = torch.randn(B, S, 8, generator=g)  # (B, S, C)
         layer.attn_impl = name
-        mine = layer(x, padding_mask([4, 3]))  # (B, S, C)
+        mine = layer(x, padding_mask([3, 2]))  # (B, S, C)
         layer.attn_impl = "explicit"
-        expect_close(mine, layer(x, padding_mask([4, 3])), "SingleHeadAttention's output on your path", atol=1e-5)
-        expect_shape(attend(q, k, v, causal_mask(S), attn_impl=name)[0], (B, S, HS), "attend's context on your path")
+        expect_close(mine, layer(x, padding_mask([3, 2])), "SingleHeadAttention's output on your path", atol=1e-5)
+        expect_shape(attend(q, k, v, mask=causal_mask(S, S_kv), impl=name)[0], (B, S, HS),
+                     "attend's context on your path")
     finally:
         functional._ATTENTION_IMPLS.pop(name, None)
-    return "your path follows the contract (mask, causal rule, zeros for a blind query) and runs inside a layer."
+    return ("your path follows the contract (mask, bias, scale, the causal rule at the end of the keys, zeros for a "
+            "blind query) and runs inside a layer.")

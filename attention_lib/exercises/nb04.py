@@ -36,15 +36,15 @@ def _without_causal_mask(fn):
     """Inside the block the package's `causal_mask` refuses to run, under whatever name `fn` or the package holds it:
     the exercise asks for the mask built by hand."""
     import attention_lib
-    from attention_lib import functional
+    from attention_lib import masks
 
-    original = functional.causal_mask
+    original = masks.causal_mask
 
     def refuse(*args, **kwargs):
         raise Hint("build the mask yourself (torch.ones(S_new, S_total, dtype=torch.bool).tril(diagonal=...)) "
                    "instead of calling causal_mask")
 
-    spaces = [vars(functional), vars(attention_lib), getattr(fn, "__globals__", {})]
+    spaces = [vars(masks), vars(attention_lib), getattr(fn, "__globals__", {})]
     found = [(space, name) for space in spaces for name, value in list(space.items()) if value is original]
     for space, name in found:
         space[name] = refuse

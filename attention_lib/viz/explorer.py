@@ -85,7 +85,7 @@ def _stacks(layer, cross_layer, kinds: Sequence[str], hidden_size: int, num_head
             seed: int) -> dict[str, list[nn.Module]]:
     """The layers behind each kind, as a list (a model's stack). Where none is given, seeded random ones (the global
     RNG is left alone): a BidirectionalAttention, a CausalAttention with its weights for "causal", a CrossAttention of
-    the same sizes, and a kind's own layer (`Kind.layer`), with the BidirectionalAttention's weights if they fit."""
+    the same sizes, and a kind's own layer (`Kind.make_layer`), with the BidirectionalAttention's weights if they fit."""
 
     def stack(x) -> list[nn.Module]:
         return list(x) if isinstance(x, list | tuple | nn.ModuleList) else [x]
@@ -106,9 +106,9 @@ def _stacks(layer, cross_layer, kinds: Sequence[str], hidden_size: int, num_head
 
             first = stack(layer)[0] if layer is not None else None  # the sizes of the layer given: one embed serves both
             cross_layer = CrossAttention(*((first.hidden_size, getattr(first, "num_heads", 1)) if first else (hidden_size, num_heads)))
-        for k in (k for k in kinds if KINDS[k].layer is not None and twin is not None and not KINDS[k].cross):
+        for k in (k for k in kinds if KINDS[k].make_layer is not None and twin is not None and not KINDS[k].cross):
             torch.manual_seed(seed)  # each kind's layer the same whichever kinds come with it
-            own[k] = KINDS[k].layer(hidden_size, num_heads, max_len)
+            own[k] = KINDS[k].make_layer(hidden_size, num_heads, max_len)
             if shapes(own[k]) == shapes(layer):  # e.g. NKV = NH: only what the kind changes changes
                 own[k].load_state_dict(layer.state_dict())
     stacks = {k: stack(own[k] if k in own else cross_layer if KINDS[k].cross else twin if k == "causal" and twin else layer)
@@ -168,7 +168,7 @@ class _Pictures:
         title += f" · NH = {len(view.weights)}, NKV = {len(view.weights) // view.groups}" * (view.groups > 1)
         title += f" · T = {view.temperature:g}" * (view.temperature != 1)
         if values["view"] == "all heads":
-            title += f" · layer {view.layer}" * (view.layers > 1)
+            title += f" · layer {view.layer_index}" * (view.num_layers > 1)
             return view, heads_svg(view.weights, view.mask, q, k, weights_norm(view.weights), view.head, title,
                                    groups=view.groups)
         if values["view"] == "lines":
@@ -206,7 +206,7 @@ class _Display:
             self._show(None)
             return None
         c, self.renders, self.message.value = self.controls, self.renders + 1, ""
-        self._attrs = {"kind": view.kind, "view": c["view"].value, "layer": view.layer, "head": view.head,
+        self._attrs = {"kind": view.kind, "view": c["view"].value, "layer": view.layer_index, "head": view.head,
                        "layer-b": c["layer_b"].value, "head-b": c["head_b"].value, "seq-len": len(view.query_tokens),
                        "kv-len": len(view.key_tokens), "pad": c["pad"].value, "pad-side": c["pad_side"].value,
                        "temperature": f"{view.temperature:g}", "groups": view.groups, "bias": int(view.bias is not None),
@@ -245,7 +245,7 @@ class _Computing:
                          values["pad_side"], values["temperature"])
         if not 0 <= values[head] < len(view.weights):
             raise ValueError(f"{head} must lie in [0, NH={len(view.weights)}), got {values[head]}")
-        return dataclasses.replace(view, head=values[head], layers=len(self.stacks[kind.name]))
+        return dataclasses.replace(view, head=values[head], num_layers=len(self.stacks[kind.name]))
 
     def _tokens(self, text, what: str) -> list[str]:
         return _step(f"tokenizing the {what}", self.tokenize, text) if isinstance(text, str) else list(text)

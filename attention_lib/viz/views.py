@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from ..functional import causal_mask, padding_mask
+from ..masks import causal_mask, padding_mask
 
 PAD = "[PAD]"
 Run = Callable[[nn.Module, Tensor, "Tensor | None", Tensor], tuple[Tensor, Tensor]]
@@ -23,32 +23,30 @@ Layer = Callable[[int, int, int], nn.Module]  # (hidden_size, num_heads, max_len
 class Kind:
     """A kind of attention: `run(layer, x, context, keys) -> (mask (S, S_kv), weights (1, [NH,] S, S_kv))` masks and
     runs a layer. x: (1, S, C); context: (1, S_kv, C_kv) for a cross kind, else None; keys: (1, S_kv) bool, True on
-    the real keys, False on padding. `cross`: the keys come from a second sequence, the context. `layer`: builds the
+    the real keys, False on padding. `cross`: the keys come from a second sequence, the context. `make_layer`: builds the
     explorer's seeded layer of a self-attention kind when it is given none (None: notebook 03's, or 04's for causal)."""
 
     name: str
     run: Run
     cross: bool = False
-    layer: Layer | None = None
+    make_layer: Layer | None = None
 
 
 KINDS: dict[str, Kind] = {}
 
 
-def register_kind(name: str, run: Run, *, cross: bool = False, layer: Layer | None = None) -> None:
+def register_kind(name: str, run: Run, *, cross: bool = False, make_layer: Layer | None = None) -> None:
     """Make a kind of attention available to `attention_view` and to the explorer (a new name, or a replacement)."""
-    KINDS[name] = Kind(name, run, cross, layer)
+    KINDS[name] = Kind(name, run, cross, make_layer)
 
 # %% auto #0
 __all__ = ['PAD', 'Run', 'Layer', 'KINDS', 'Kind', 'register_kind', 'layer_mask', 'run_bidirectional', 'run_causal', 'run_cross', 'layer_bias', 'layer_groups', 'word_vectors', 'pad_tokens', 'score_temperature', 'AttentionView', 'InputError', 'attention_view', 'DEFAULT_WINDOW', 'run_sliding_window', 'run_alibi', 'variant_layer', 'fewer_kv_heads']
 
 # %% ../../notebooks/06_visualisation.ipynb #6fb4cfd1
 def _is_causal_layer(layer: nn.Module) -> bool:
-    """Whether the layer applies the causal triangle itself, whatever mask it gets: a CausalAttention, or a layer with
-    shared key/value heads (`num_kv_heads`: notebook 08's GroupedQueryAttention, known by it in any copy of the class)."""
-    from attention_lib.causal import CausalAttention  # here: viz loads without it
-
-    return isinstance(layer, CausalAttention) or hasattr(layer, "num_kv_heads")
+    """Whether the layer applies the causal triangle itself, whatever mask it gets: a CausalAttention or a subclass
+    (GroupedQueryAttention), known by the name in its classes, so that a notebook's own copy of the class counts too."""
+    return any(cls.__name__ == "CausalAttention" for cls in type(layer).__mro__)
 
 
 def layer_mask(layer: nn.Module, S: int, device: torch.device | str | None = None) -> Tensor | None:
@@ -98,7 +96,7 @@ def layer_bias(layer: nn.Module, S: int) -> Tensor | None:
 
 def layer_groups(layer: nn.Module) -> int:
     """G: how many query heads share each key/value head (NH // NKV, notebook 08); 1 when none share."""
-    return layer.num_heads // layer.num_kv_heads if hasattr(layer, "num_kv_heads") else 1
+    return layer.num_heads // getattr(layer, "num_kv_heads", layer.num_heads) if hasattr(layer, "num_heads") else 1
 
 
 def word_vectors(words: Sequence[str], hidden_size: int, seed: int = 0) -> Tensor:
@@ -173,10 +171,10 @@ class AttentionView:
     weights: Tensor  # (NH, S, S_kv): every head's weights, temperature applied
     head: int = 0
     temperature: float = 1.0
-    layer: int = 0  # which layer of a stack (a model's layers)
+    layer_index: int = 0  # which layer of a stack (a model's layers)
     bias: Tensor | None = None  # (NH, S, S_kv): what the layer adds to each head's scores (ALiBi), before T
     groups: int = 1  # G: query heads per key/value head; head h reads key/value head h // G
-    layers: int = 1  # how many layers the stack has: a picture names the layer only when there are several
+    num_layers: int = 1  # how many layers the stack has: a picture names the layer only when there are several
 
     @property
     def head_weights(self) -> Tensor:
@@ -190,7 +188,7 @@ class AttentionView:
 
     def name(self, head: int | None = None) -> str:
         """What a picture's title calls the head: `head_name`, after 'layer l, ' in a stack of several layers."""
-        return f"layer {self.layer}, " * (self.layers > 1) + self.head_name(head)
+        return f"layer {self.layer_index}, " * (self.num_layers > 1) + self.head_name(head)
 
     def plot(self):
         """This view as a static picture (see `plot_view`)."""
@@ -245,7 +243,7 @@ DEFAULT_WINDOW = 3  # the "sliding window" kind's W for a layer without a window
 
 def run_sliding_window(layer: nn.Module, x: Tensor, context: Tensor | None, keys: Tensor) -> tuple[Tensor, Tensor]:
     """Query i may attend to the real keys i - W + 1 .. i: W the layer's own window, else DEFAULT_WINDOW (in the mask)."""
-    from attention_lib.variants import sliding_window_mask  # the packaged function: this cell joins attention_lib.viz
+    from attention_lib.masks import sliding_window_mask  # the packaged function: this cell joins attention_lib.viz
 
     band = sliding_window_mask(x.shape[1], window=getattr(layer, "window", None) or DEFAULT_WINDOW, device=x.device)
     mask = keys[:, None, :] & band  # (1, S, S): the padding row AND the band
@@ -263,7 +261,7 @@ def run_alibi(layer: nn.Module, x: Tensor, context: Tensor | None, keys: Tensor)
 
 def variant_layer(hidden_size: int, num_heads: int, max_len: int, **options) -> nn.Module:
     """A GroupedQueryAttention with biases, like the series' other layers; `options` as its own (NKV = NH by default)."""
-    from attention_lib.variants import GroupedQueryAttention
+    from attention_lib.grouped import GroupedQueryAttention
 
     NKV = options.pop("num_kv_heads", num_heads)
     return GroupedQueryAttention(hidden_size, num_heads, NKV, context_size=max_len, bias=True, **options)
@@ -274,6 +272,6 @@ def fewer_kv_heads(num_heads: int) -> int:
     return max([d for d in range(1, num_heads) if num_heads % d == 0], default=1)
 
 
-register_kind("sliding window", run_sliding_window, layer=lambda C, NH, T: variant_layer(C, NH, T, window=DEFAULT_WINDOW))
-register_kind("ALiBi", run_alibi, layer=lambda C, NH, T: variant_layer(C, NH, T, alibi=True))
-register_kind("grouped-query", run_causal, layer=lambda C, NH, T: variant_layer(C, NH, T, num_kv_heads=fewer_kv_heads(NH)))
+register_kind("sliding window", run_sliding_window, make_layer=lambda C, NH, T: variant_layer(C, NH, T, window=DEFAULT_WINDOW))
+register_kind("ALiBi", run_alibi, make_layer=lambda C, NH, T: variant_layer(C, NH, T, alibi=True))
+register_kind("grouped-query", run_causal, make_layer=lambda C, NH, T: variant_layer(C, NH, T, num_kv_heads=fewer_kv_heads(NH)))
