@@ -2,6 +2,10 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
+# Where pip finds torch. Empty: the default index, which on this project's machines resolves torch==2.13.0 to a CPU
+# build kept on disk. On a stock Linux machine PyPI's default torch is a CUDA build of several GB; for the CPU build
+# pass PyTorch's own index: make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 HOST ?= 127.0.0.1
@@ -12,7 +16,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # is remade even if present, instead of every later command failing with "No such file or directory".
 VENV_OK := $(shell $(PY) -c 'print("yes")' 2>/dev/null)
 
-.PHONY: install venv-broken lab colab notebooks export check-export lint test test-unit test-colab test-notebooks bench bench-explorer quote-bench clean
+.PHONY: install venv-broken lab colab notebooks export check-export lint test test-unit test-browser test-colab test-notebooks bench bench-explorer quote-bench clean
 
 install: $(STAMP)
 
@@ -20,7 +24,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt $(if $(VENV_OK),,venv-broken)
 	@if [ -d $(VENV) ] && ! $(PY) -c '' 2>/dev/null; then echo "$(VENV) is broken: removing it"; rm -rf $(VENV); fi
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt torch
+	$(PY) -m pip install --quiet -c constraints.txt $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
@@ -57,18 +61,23 @@ check-export: install
 lint: install
 	$(VENV)/bin/ruff check attention_lib tests notebooks benchmarks scripts solutions
 
-# tests/ includes tests/test_colab.py: every notebook in a Colab-like environment (see the README).
+# The unit tests: everything in tests/ but the browser and the Colab-like tests, which have targets of their own.
 test-unit: install
-	$(VENV)/bin/pytest -v --durations=0 --durations-min=10 tests
+	$(VENV)/bin/pytest -v --durations=0 --durations-min=10 -m "not browser and not colab" tests
 
-# The Colab-like test alone.
+# The explorer driven in JupyterLab by headless Chromium (tests/browser.py; ATTENTION_CHROMIUM names the browser,
+# /usr/bin/chromium by default).
+test-browser: install
+	$(VENV)/bin/pytest -v --durations=0 -m browser tests
+
+# Every notebook in a Colab-like environment (tests/colab_env.py).
 test-colab: install
-	$(VENV)/bin/pytest -v --durations=0 tests/test_colab.py
+	$(VENV)/bin/pytest -v --durations=0 -m colab tests
 
 test-notebooks: install
 	$(VENV)/bin/pytest -v --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
-test: lint check-export test-unit test-notebooks
+test: lint check-export test-unit test-browser test-colab test-notebooks
 
 bench: install
 	$(PY) benchmarks/run.py

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .checks import check_input, check_probability, check_size
-from .functional import AttentionImpl, attention_impl, check_attn_impl
+from .functional import AttentionImpl, attention_impl, attn_impl_attribute
 from .masks import prepare_mask
 from .torch_interop import check_torch_mha, load_self_attention
 
@@ -39,6 +39,8 @@ class AttentionBase(nn.Module):
     "explicit" the written-out maths, "tiled" the tiled path; `return_weights=True` always runs the explicit one.
     """
 
+    attn_impl = attn_impl_attribute()  # the path of `attend`, checked when it is set
+
     def __init__(self, hidden_size: int, num_heads: int, attn_drop: float = 0.0, out_drop: float = 0.0,
                  bias: bool = True, *, attn_impl: str = "sdpa"):
         super().__init__()
@@ -55,14 +57,6 @@ class AttentionBase(nn.Module):
         self.attn_impl = attn_impl
         self.Wo = nn.Linear(hidden_size, hidden_size, bias=bias)
 
-    @property
-    def attn_impl(self) -> str:
-        """The path of `attend` this layer runs (`attention_impls()` lists them)."""
-        return self._attn_impl
-
-    @attn_impl.setter
-    def attn_impl(self, name: str) -> None:
-        self._attn_impl = check_attn_impl(name)
 
     def _split_heads(self, t: Tensor) -> Tensor:
         """(B, S, NH·HS) -> (B, NH, S, HS)."""

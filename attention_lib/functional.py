@@ -18,7 +18,7 @@ from .checks import check_probability
 from .masks import _lower_triangle, mask_for_scores
 
 # %% auto #0
-__all__ = ['masked_softmax', 'explicit_attention', 'check_attention_args', 'sdpa_attention', 'AttentionImpl', 'register_attention_impl', 'attention_impls', 'check_attn_impl', 'attention_impl', 'attend']
+__all__ = ['masked_softmax', 'explicit_attention', 'check_attention_args', 'sdpa_attention', 'AttentionImpl', 'register_attention_impl', 'attention_impls', 'check_attn_impl', 'attn_impl_attribute', 'attention_impl', 'attend']
 
 # %% ../notebooks/00_recap.ipynb #a7d572a3
 def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -205,6 +205,19 @@ def check_attn_impl(name: str) -> str:
     if not isinstance(name, str) or name not in _ATTENTION_IMPLS:
         raise ValueError(f"attn_impl must be one of {attention_impls()}, got {name!r}")
     return name
+
+
+def attn_impl_attribute() -> property:
+    """The `attn_impl` attribute of a layer (`attn_impl = attn_impl_attribute()` in its class): the name of its path
+    of `attend`, checked when it is set, so that an unknown name is refused at once rather than at the next call."""
+
+    def get(layer) -> str:
+        return layer._attn_impl
+
+    def set_(layer, name: str) -> None:
+        layer._attn_impl = check_attn_impl(name)
+
+    return property(get, set_, doc="The path of `attend` this layer runs (`attention_impls()` lists them).")
 
 
 def attention_impl(name: str, dropout_p: float = 0.0) -> AttentionImpl:

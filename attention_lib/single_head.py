@@ -8,7 +8,7 @@ from __future__ import annotations
 from torch import Tensor, nn
 
 from .checks import check_input, check_size
-from .functional import attention_impl, check_attn_impl
+from .functional import attention_impl, attn_impl_attribute
 from .masks import prepare_mask
 
 # %% auto #0
@@ -26,6 +26,8 @@ class SingleHeadAttention(nn.Module):
     (default) or another of `attention_impls()`; `return_weights=True` always runs the explicit one.
     """
 
+    attn_impl = attn_impl_attribute()  # the path of `attend`, checked when it is set
+
     def __init__(self, hidden_size: int, bias: bool = True, *, attn_impl: str = "sdpa"):
         super().__init__()
         hidden_size = check_size("hidden_size", hidden_size)
@@ -37,14 +39,6 @@ class SingleHeadAttention(nn.Module):
         self.Wo = nn.Linear(self.head_size, hidden_size, bias=bias)  # HS -> C
         self.attn_impl = attn_impl
 
-    @property
-    def attn_impl(self) -> str:
-        """The path of `attend` this layer runs (`attention_impls()` lists them)."""
-        return self._attn_impl
-
-    @attn_impl.setter
-    def attn_impl(self, name: str) -> None:
-        self._attn_impl = check_attn_impl(name)
 
     def forward(
         self, x: Tensor, mask: Tensor | None = None, return_weights: bool = False

@@ -52,6 +52,7 @@ def environment() -> list[str]:
     import jupyterlab
     import matplotlib
     import torch
+    from browser import CHROMIUM
 
     def run(*command: str) -> str:
         try:
@@ -69,7 +70,7 @@ def environment() -> list[str]:
         f"versions   torch {torch.__version__} ({torch.get_num_threads()} threads), "
         f"ipywidgets {ipywidgets.__version__}, matplotlib {matplotlib.__version__}, "
         f"jupyterlab {jupyterlab.__version__}",
-        f"browser    {run('/usr/bin/chromium', '--version')} (headless)",
+        f"browser    {run(str(CHROMIUM), '--version')} (headless)",
     ]
 
 

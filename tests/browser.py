@@ -9,8 +9,8 @@ picture is on screen. Shared by tests/test_browser.py and benchmarks/explorer.py
         state["latency_ms"]                                         # from the input event to the painted picture
 
 The server runs on 127.0.0.1, a free port, a token, temporary config/runtime/root directories, and is stopped by
-its process group id whatever happens. Without /usr/bin/chromium the callers skip, unless
-ATTENTION_REQUIRE_BROWSER=1 (CI), which makes them fail.
+its process group id whatever happens. The browser is $ATTENTION_CHROMIUM, /usr/bin/chromium by default; without it
+the callers skip, unless ATTENTION_REQUIRE_BROWSER=1 (CI), which makes them fail.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path(os.environ.get("ATTENTION_CHROMIUM", "/usr/bin/chromium"))  # the browser the tests drive
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",

@@ -23,8 +23,9 @@ import attention_lib
 from attention_lib import (
     BidirectionalAttention,
     CausalAttention,
-    ContextKV,
     CrossAttention,
+    DecoderBlock,
+    GroupedQueryAttention,
     KVCache,
     SingleHeadAttention,
     attend,
@@ -193,84 +194,164 @@ not_a_probability = st.one_of(
     st.none(), st.booleans(), st.floats(max_value=-1e-6), st.floats(min_value=1.000001), st.just(float("nan")),
     st.text(max_size=2), st.just([0.1]),
 )
+KINDS = ["single", "bidirectional", "causal", "grouped", "cross", "block"]  # every layer of the package
+# The constructor arguments each kind takes (GroupedQueryAttention's options too), and good values for them.
+GOOD_ARGS = {"hidden_size": 8, "num_heads": 2, "num_kv_heads": 1, "context_size": 8, "kv_hidden_size": 6,
+             "ffn_size": 16, "attn_drop": 0.1, "out_drop": 0.1, "dropout": 0.1, "window": 3, "rope_theta": 100.0,
+             "alibi": True}
+CONSTRUCTORS = {
+    "single": (lambda a: SingleHeadAttention(a["hidden_size"]), {"hidden_size"}),
+    "bidirectional": (lambda a: BidirectionalAttention(a["hidden_size"], a["num_heads"], a["attn_drop"], a["out_drop"]),
+                      {"hidden_size", "num_heads", "attn_drop", "out_drop"}),
+    "causal": (lambda a: CausalAttention(a["hidden_size"], a["num_heads"], a["context_size"], a["attn_drop"],
+                                         a["out_drop"]),
+               {"hidden_size", "num_heads", "context_size", "attn_drop", "out_drop"}),
+    "grouped": (lambda a: GroupedQueryAttention(a["hidden_size"], a["num_heads"], a["num_kv_heads"], a["context_size"],
+                                                a["attn_drop"], a["out_drop"], window=a["window"],
+                                                rope_theta=a["rope_theta"], alibi=a["alibi"]),
+                {"hidden_size", "num_heads", "num_kv_heads", "context_size", "attn_drop", "out_drop", "window",
+                 "rope_theta", "alibi"}),
+    "cross": (lambda a: CrossAttention(a["hidden_size"], a["num_heads"], a["kv_hidden_size"], a["attn_drop"],
+                                       a["out_drop"]),
+              {"hidden_size", "num_heads", "kv_hidden_size", "attn_drop", "out_drop"}),
+    "block": (lambda a: DecoderBlock(a["hidden_size"], a["num_heads"], a["ffn_size"], a["context_size"],
+                                     a["kv_hidden_size"], a["dropout"]),
+              {"hidden_size", "num_heads", "ffn_size", "context_size", "kv_hidden_size", "dropout"}),
+}
+OPTIONAL = {"kv_hidden_size", "window", "rope_theta"}  # None is a valid choice for these
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    which=st.sampled_from(["hidden_size", "num_heads", "context_size", "kv_hidden_size", "attn_drop", "out_drop"]),
-    kind=st.sampled_from(["single", "bidirectional", "causal", "cross"]),
-    data=st.data(),
-)
-def test_constructors_refuse_bad_arguments(which, kind, data):
-    value = data.draw(not_a_probability if which.endswith("drop") else not_a_size, label=which)
-    assume(not (which == "kv_hidden_size" and value is None))  # None means "the width of x", a valid choice
-    args = {"hidden_size": 8, "num_heads": 2, "context_size": 8, "kv_hidden_size": 6, "attn_drop": 0.1, "out_drop": 0.1}
-    args[which] = value
-    constructors = {
-        "single": lambda: SingleHeadAttention(args["hidden_size"]),
-        "bidirectional": lambda: BidirectionalAttention(
-            args["hidden_size"], args["num_heads"], attn_drop=args["attn_drop"], out_drop=args["out_drop"]
-        ),
-        "causal": lambda: CausalAttention(
-            args["hidden_size"], args["num_heads"], args["context_size"], args["attn_drop"], args["out_drop"]
-        ),
-        "cross": lambda: CrossAttention(
-            args["hidden_size"], args["num_heads"], args["kv_hidden_size"], args["attn_drop"], args["out_drop"]
-        ),
-    }
-    uses = {
-        "single": {"hidden_size"},
-        "bidirectional": {"hidden_size", "num_heads", "attn_drop", "out_drop"},
-        "causal": {"hidden_size", "num_heads", "context_size", "attn_drop", "out_drop"},
-        "cross": {"hidden_size", "num_heads", "kv_hidden_size", "attn_drop", "out_drop"},
-    }
-    if which in uses[kind]:
-        expect_clear_error(constructors[kind])
-
-
-def bad_x_strategy(C: int):
-    return st.one_of(
-        st.none(), st.just([[[0.0] * C]]), st.just(np.zeros((1, 2, C), dtype=np.float32)),
-        st.sampled_from([(2, C), (1, 2, C, 1), (1, 2, C + 1), (1, 2, 1)]).map(lambda s: torch.randn(*s)),
-        st.sampled_from([torch.int64, torch.bool, torch.float64, torch.float16]).map(
-            lambda d: torch.ones(1, 2, C, dtype=d)
-        ),
-        st.just(torch.ones(1, 2, C, device="meta")),
-    )
-
-
-def bad_mask_strategy(B: int, S: int, S_kv: int):
-    return st.one_of(
-        st.just([[True] * S_kv] * B),
-        st.sampled_from([torch.float32, torch.int64, torch.uint8, torch.float64]).map(
-            lambda d: torch.ones(B, S_kv, dtype=d)
-        ),
-        st.sampled_from([(B, S_kv + 1), (B + 1, S_kv), (S_kv + 1,), (B, 2, 1, S + 1, S_kv), (B, 5, S, S_kv)]).map(
-            lambda s: torch.ones(*s, dtype=torch.bool)
-        ),
-        st.just(torch.ones(B, S_kv, dtype=torch.bool, device="meta")),
-    )
-
-
-@settings(max_examples=150, deadline=None)
-@given(kind=st.sampled_from(LAYERS), data=st.data())
-def test_forward_refuses_bad_x_and_bad_masks(kind, data):
-    layer = make_layer(kind, C=8, NH=2).eval()
-    B, S, S_kv = 2, 3, 4 if kind == "cross" else 3
-    good_x, good_context = torch.randn(B, S, 8), torch.randn(B, S_kv, 6)
-    what = data.draw(st.sampled_from(["x", "mask", "context"] if kind == "cross" else ["x", "mask"]), label="what")
-    x, mask, context = good_x, None, good_context
-    if what == "x":
-        x = data.draw(bad_x_strategy(8), label="x")
-    elif what == "mask":
-        mask = data.draw(bad_mask_strategy(B, S, S_kv), label="mask")
+@settings(max_examples=250, deadline=None)
+@given(kind=st.sampled_from(KINDS), data=st.data())
+def test_constructors_refuse_bad_arguments_naming_them(kind, data):
+    build, uses = CONSTRUCTORS[kind]
+    which = data.draw(st.sampled_from(sorted(uses)), label="which")
+    strategy = not_a_probability if which.endswith("drop") or which == "dropout" else not_a_size
+    if which == "alibi":
+        strategy = st.one_of(st.none(), st.integers(), st.text(max_size=2))
+    value = data.draw(strategy, label=which)
+    assume(not (which in OPTIONAL and value is None))
+    assume(not (which == "rope_theta" and isinstance(value, float) and value > 0 and value != float("inf")))
+    args = GOOD_ARGS | {which: value}
+    try:
+        build(args)
+    except (TypeError, ValueError) as err:
+        assert raised_by_package(err), f"{type(err).__name__} raised outside the package: {err}"
+        assert which in str(err) or (which == "num_heads" and "num_kv_heads" in str(err)), (which, str(err))
     else:
-        context = data.draw(
-            st.one_of(bad_x_strategy(6), st.just((good_context, good_context)), st.just(torch.randn(B + 1, S_kv, 6))),
-            label="context",
-        )
-    with torch.no_grad():
-        expect_clear_error(lambda: run(layer, x, mask, context))
+        raise AssertionError(f"{kind}: {which}={value!r} accepted")
+
+
+def test_sizes_that_do_not_divide_are_refused_with_both_numbers():
+    for build, words in [
+        (lambda: BidirectionalAttention(10, 3), ["hidden_size=10", "num_heads=3"]),
+        (lambda: CausalAttention(6, 4, 8), ["hidden_size=6", "num_heads=4"]),
+        (lambda: GroupedQueryAttention(32, 8, 3, 8), ["num_heads=8", "num_kv_heads=3"]),
+        (lambda: GroupedQueryAttention(24, 8, 2, 8, rope_theta=1e4), ["head size must be even", "HS=3"]),
+        (lambda: DecoderBlock(7, 2, 16, 4), ["hidden_size=7", "num_heads=2"]),
+        (lambda: SingleHeadAttention(3), ["hidden_size must be at least 4", "got 3"]),
+    ]:
+        with pytest.raises(ValueError) as err:
+            build()
+        assert all(word in str(err.value) for word in words), str(err.value)
+
+
+def make_any(kind: str) -> torch.nn.Module:
+    """A layer of every kind with C = 8, NH = 2 (cross and block: a context of width 6)."""
+    if kind == "grouped":
+        return GroupedQueryAttention(8, 2, 1, 16, rope_theta=100.0, alibi=True, window=3)
+    if kind == "block":
+        return DecoderBlock(8, 2, 16, 16, kv_hidden_size=6)
+    return make_layer(kind)
+
+
+def run_any(layer, x, mask=None, context=None, context_mask=None, positions=None):
+    if isinstance(layer, DecoderBlock):
+        return layer(x, context, mask, context_mask)
+    if isinstance(layer, GroupedQueryAttention):
+        return layer(x, mask, positions=positions)
+    return run(layer, x, mask, context)
+
+
+B, S, S_KV, C8 = 2, 3, 4, 8  # the batch of the bad-input tests: the cross kinds read a context of S_KV tokens
+BAD_X = [  # (what, x, error, words the message must hold)
+    ("None", None, TypeError, ["x", "Tensor", "NoneType"]),
+    ("a list", [[[0.0] * C8]], TypeError, ["x", "Tensor", "list"]),
+    ("a NumPy array", np.zeros((1, 2, C8), dtype=np.float32), TypeError, ["x", "Tensor", "ndarray"]),
+    ("no batch axis", torch.randn(S, C8), ValueError, ["x", "(B, S, 8)", f"({S}, 8)"]),
+    ("a 4-D x", torch.randn(B, S, C8, 1), ValueError, ["x", "(B, S, 8)", f"({B}, {S}, 8, 1)"]),
+    ("the wrong width", torch.randn(B, S, C8 + 1), ValueError, ["x", "(B, S, 8)", f"({B}, {S}, 9)"]),
+    ("integers", torch.ones(B, S, C8, dtype=torch.int64), TypeError, ["x", "floating", "int64"]),
+    ("bools", torch.ones(B, S, C8, dtype=torch.bool), TypeError, ["x", "floating", "bool"]),
+    ("float64", torch.randn(B, S, C8).double(), TypeError, ["x", "dtype torch.float32", "float64"]),
+    ("float16", torch.randn(B, S, C8).half(), TypeError, ["x", "dtype torch.float32", "float16"]),
+    ("the meta device", torch.ones(B, S, C8, device="meta"), ValueError, ["x", "device", "meta"]),
+]
+
+
+def bad_masks(S_kv: int, heads: bool) -> list:
+    """(what, mask, error, words) for a layer whose scores are (B, [NH,] S, S_kv)."""
+    scores = f"({B}, 2, {S}, {S_kv})" if heads else f"({B}, {S}, {S_kv})"
+    return [
+        ("a float mask", torch.ones(B, S_kv), TypeError, ["mask", "torch.bool", "float32"]),
+        ("an int mask", torch.ones(B, S_kv, dtype=torch.int64), TypeError, ["mask", "torch.bool", "int64"]),
+        ("a list", [[True] * S_kv] * B, TypeError, ["mask", "list"]),
+        ("padding too long", torch.ones(B, S_kv + 1, dtype=torch.bool), ValueError,
+         ["mask", f"(B, S_kv) = ({B}, {S_kv})", f"({B}, {S_kv + 1})"]),
+        ("padding of another batch", torch.ones(B + 1, S_kv, dtype=torch.bool), ValueError,
+         ["mask", f"(B, S_kv) = ({B}, {S_kv})", f"({B + 1}, {S_kv})"]),
+        ("a bare (S, S_kv) table", torch.ones(S, S_kv, dtype=torch.bool), ValueError,
+         ["mask", "padding mask", "mask[None]"]),
+        ("3-D of another batch", torch.ones(B + 1, S, S_kv, dtype=torch.bool), ValueError,
+         ["mask", f"({B + 1}, {S}, {S_kv})"]),
+        ("4-D over other heads", torch.ones(B, 5, S, S_kv, dtype=torch.bool), ValueError,
+         ["mask", scores, f"({B}, 5, {S}, {S_kv})"]),
+        ("5-D", torch.ones(1, B, 1, S, S_kv, dtype=torch.bool), ValueError, ["mask", scores]),
+        ("the meta device", torch.ones(B, S_kv, dtype=torch.bool, device="meta"), ValueError,
+         ["mask", "device", "meta"]),
+    ]
+
+
+BAD_CONTEXT = [
+    ("None", None, TypeError, ["context", "NoneType"]),
+    ("a pair of tensors", (torch.randn(B, S_KV, 6),) * 2, TypeError, ["context", "tuple"]),
+    ("the wrong width", torch.randn(B, S_KV, 7), ValueError, ["context", "kv_hidden_size", "6", f"({B}, {S_KV}, 7)"]),
+    ("another batch", torch.randn(B + 1, S_KV, 6), ValueError, ["context", "batch size", f"{B + 1}"]),
+    ("float64", torch.randn(B, S_KV, 6).double(), TypeError, ["context", "float64"]),
+]
+
+
+def bad_inputs(kind: str) -> list:
+    """(argument, what, value, error, words): every bad input of a layer of `kind`."""
+    cases = [("x", *case) for case in BAD_X]
+    if kind in ("cross", "block"):
+        cases += [("context", *case) for case in BAD_CONTEXT]
+        cases += [("context_mask" if kind == "block" else "mask", *case) for case in bad_masks(S_KV, heads=True)]
+    if kind != "cross":
+        cases += [("mask", *case) for case in bad_masks(S, heads=kind != "single")]
+    if kind == "grouped":
+        cases += [
+            ("positions", "float positions", torch.arange(S).float(), TypeError, ["positions", "integer"]),
+            ("positions", "positions too long", torch.arange(S + 1), ValueError, ["positions", f"({S},)"]),
+            ("x", "longer than context_size", torch.randn(B, 17, C8), ValueError, ["context_size", "16", "17"]),
+        ]
+    return cases
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=st.sampled_from(KINDS), data=st.data())
+def test_forward_refuses_bad_inputs_naming_them(kind, data):
+    """Every layer refuses every bad x, mask, context and positions with a TypeError or ValueError raised by the
+    package, whose message names the argument and shows what was expected and what came."""
+    layer = make_any(kind).eval()
+    argument, what, value, error, words = data.draw(st.sampled_from(bad_inputs(kind)), label="case")
+    args = {"x": torch.randn(B, S, C8), "context": torch.randn(B, S_KV, 6)} | {argument: value}
+    with torch.no_grad(), pytest.raises(error) as err:
+        run_any(layer, **args)
+    assert raised_by_package(err.value), f"{type(err.value).__name__} raised outside the package: {err.value}"
+    message = str(err.value)
+    missing = [word for word in words if word not in message]
+    assert not missing, f"{kind}, {argument} {what}: {missing} not in {message!r}"
 
 
 @settings(max_examples=80, deadline=None)
@@ -309,61 +390,6 @@ def test_functions_refuse_bad_arguments(data):
 
 
 # --- the hostile cases one by one ------------------------------------------------------------------------------------
-
-
-def test_a_failed_decode_leaves_the_cache_as_it_was():
-    layer = CausalAttention(16, 4, 8).eval()
-    cache, clean = layer.new_cache(2), layer.new_cache(2)
-    x = torch.randn(2, 5, 16)
-    with torch.no_grad():
-        layer.decode(x[:, :3], cache)
-        layer.decode(x[:, :3], clean)
-        failing = [
-            lambda: layer.decode(x[:, 3:4], cache, mask=torch.ones(2, 4, dtype=torch.bool, device="meta")),
-            lambda: layer.decode(x[:, 3:4].double(), cache),
-            lambda: layer.decode(x[:, 3:4], cache, mask=torch.ones(2, 4)),
-        ]
-        for call in failing:
-            with pytest.raises((TypeError, ValueError)):
-                call()
-            assert len(cache) == 3
-        with pytest.raises(ValueError, match="attn_impl"):
-            layer.attn_impl = "no-such-path"  # refused when set
-        assert len(cache) == 3
-        retry, expected = layer.decode(x[:, 3:5], cache), layer.decode(x[:, 3:5], clean)  # the retry is exact
-    assert len(cache) == 5 and torch.equal(retry, expected) and torch.equal(cache.keys, clean.keys)
-
-
-@pytest.mark.parametrize("kind", LAYERS)
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
-def test_x_of_another_dtype_gets_a_clear_error(kind, dtype):
-    layer = make_layer(kind)
-    x, context = torch.randn(2, 3, 8), torch.randn(2, 4, 6)
-    with pytest.raises(TypeError, match=rf"x must have the layer's dtype torch.float32, got {dtype}"):
-        run(layer, x.to(dtype), None, context)
-    if kind == "cross":
-        with pytest.raises(TypeError, match=rf"context must have the layer's dtype torch.float32, got {dtype}"):
-            layer(x, context.to(dtype))
-        kv = layer.project_context(context)
-        with pytest.raises(TypeError, match=rf"context.k must have the layer's dtype torch.float32, got {dtype}"):
-            layer(x, ContextKV(kv.k.to(dtype), kv.v.to(dtype)))
-
-
-@pytest.mark.parametrize("kind", LAYERS)
-def test_a_mask_on_another_device_gets_a_clear_error(kind):
-    layer = make_layer(kind)
-    S_kv = 4 if kind == "cross" else 3
-    mask = torch.ones(2, S_kv, dtype=torch.bool, device="meta")
-    with pytest.raises(ValueError, match=r"mask must be on the device of x \(cpu\), got a mask on meta"):
-        run(layer, torch.randn(2, 3, 8), mask, torch.randn(2, 4, 6))
-
-
-@pytest.mark.parametrize("kind", ["bidirectional", "causal", "cross"])
-@pytest.mark.parametrize("name", ["attn_drop", "out_drop"])
-@pytest.mark.parametrize("p", [-0.5, 1.5])
-def test_dropout_rates_outside_0_1_are_refused_at_construction(kind, name, p):
-    with pytest.raises(ValueError, match=rf"{name} must be a float in \[0, 1\], got {p}"):
-        make_layer(kind, **{name: p})
 
 
 @pytest.mark.parametrize(

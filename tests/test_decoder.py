@@ -107,15 +107,6 @@ def test_from_torch_refuses_layers_it_does_not_compute(make, error, match):
         DecoderBlock.from_torch(make(), context_size=4)
 
 
-@pytest.mark.parametrize("kwargs, error", [
-    ({"ffn_size": 0}, ValueError), ({"dropout": 1.5}, ValueError), ({"hidden_size": 7}, ValueError),
-])
-def test_bad_arguments(kwargs, error):
-    args = {"hidden_size": 8, "num_heads": 2, "ffn_size": 16, "context_size": 4, **kwargs}
-    with pytest.raises(error):
-        DecoderBlock(**args)
-
-
 @pytest.mark.parametrize("padded", [False, True])
 @pytest.mark.parametrize("projected", [False, True])
 @pytest.mark.parametrize("impl", ["sdpa", "explicit"])
@@ -143,32 +134,3 @@ def test_decode_step_by_step_equals_forward(padded, projected, impl):
     torch.testing.assert_close(out[real], full[real], atol=1e-5, rtol=1e-5)
 
 
-def test_decode_refusing_its_context_leaves_the_cache_as_it_was():
-    block = DecoderBlock(8, 2, 16, context_size=6).eval()
-    cache = block.new_cache(1)
-    with torch.no_grad():
-        block.decode(torch.randn(1, 2, 8), cache, torch.randn(1, 3, 8))
-        snapshot = cache.keys.clone()  # (1, NH, 2, HS)
-        for context, context_mask in [
-            (torch.randn(1, 3, 5), None),  # another width
-            (torch.randn(2, 3, 8), None),  # another batch
-            (torch.randn(1, 3, 8), torch.ones(1, 4, dtype=torch.bool)),  # a mask of another length
-            (torch.randn(1, 3, 8), torch.ones(1, 3)),  # a float mask
-        ]:
-            with pytest.raises((TypeError, ValueError)):
-                block.decode(torch.randn(1, 1, 8), cache, context, context_mask=context_mask)
-            assert len(cache) == 2
-        assert torch.equal(cache.keys, snapshot)
-        block.decode(torch.randn(1, 1, 8), cache, torch.randn(1, 3, 8))  # and it goes on
-    assert len(cache) == 3
-
-
-def test_forward_and_decode_name_a_wrong_width():
-    block = DecoderBlock(8, 2, 16, context_size=6).eval()
-    x, context = torch.randn(1, 2, 6), torch.randn(1, 3, 8)
-    with pytest.raises(ValueError, match=r"x must have shape \(B, S, 8\)"):
-        block(x, context)
-    cache = block.new_cache(1)
-    with pytest.raises(ValueError, match=r"x must have shape \(B, S, 8\)"):
-        block.decode(x, cache, context)
-    assert len(cache) == 0

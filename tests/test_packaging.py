@@ -7,6 +7,7 @@ import tomllib
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 import yaml
 
 import attention_lib
@@ -121,3 +122,89 @@ def test_the_colab_extra_leaves_colabs_own_packages_alone():
 def test_the_repository_url_lives_in_pyproject():
     urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]
     assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", urls["Repository"]), urls
+
+
+# --- the package reads like a library -----------------------------------------------------------------------------
+
+LIBRARY = ROOT / "attention_lib"
+
+
+def package_classes() -> list[type]:
+    """Every class the package defines (its modules, viz and the tools included; the graders aside)."""
+    import importlib
+    import inspect
+
+    found = []
+    for path in sorted(LIBRARY.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        if "exercises" in parts:
+            continue
+        module = importlib.import_module(".".join(p for p in parts if p != "__init__"))
+        found += [obj for _, obj in inspect.getmembers(module, inspect.isclass) if obj.__module__ == module.__name__]
+    return found
+
+
+def test_no_method_is_attached_to_a_class_from_outside_it():
+    """Every method of a class is written in the class body: its source holds it, and an editor sees it."""
+    import inspect
+
+    assert not [p for p in LIBRARY.rglob("*.py") if re.search(r"^\s*@patch\b", p.read_text(), re.M)]
+    classes = package_classes()
+    assert len(classes) > 20
+    for cls in classes:
+        source = inspect.getsource(cls)
+        for name, member in vars(cls).items():
+            if name.startswith("__"):  # made by Python (a NamedTuple's __new__), or written like any other method
+                continue
+            function = getattr(member, "__func__", getattr(member, "fget", member))
+            if inspect.isfunction(function) and LIBRARY not in Path(function.__code__.co_filename).parents:
+                continue  # made by Python for the class (a NamedTuple's _make), not written in the package
+            if inspect.isfunction(function) and function.__qualname__.startswith(cls.__qualname__ + "."):
+                assert re.search(rf"def {re.escape(function.__name__)}\(", source), f"{cls.__name__}.{name}"
+            elif inspect.isfunction(function):  # a function stored as a class attribute: made inside the class body
+                assert re.search(rf"^\s+{re.escape(name)} = ", source, re.M), f"{cls.__name__}.{name}"
+
+
+def test_an_editor_finds_every_method_where_it_is_written():
+    """jedi (the completion engine of JupyterLab and of many editors) resolves the methods of the layers and caches
+    to their definitions in the package, inherited ones to the class that writes them."""
+    jedi = pytest.importorskip("jedi")
+    cases = {
+        "GroupedQueryAttention(8, 2, 1, 8).forward": ("causal.py", "forward"),
+        "GroupedQueryAttention(8, 2, 1, 8).new_cache": ("causal.py", "new_cache"),
+        "GroupedQueryAttention(8, 2, 1, 8).decode": ("causal.py", "decode"),
+        "GroupedQueryAttention.from_hf": ("grouped.py", "from_hf"),
+        "CausalAttention(8, 2, 8).from_torch": ("bidirectional.py", "from_torch"),
+        "KVCache(1, 1, 1, 1).append": ("caches.py", "append"),
+        "KVCache(1, 1, 1, 1).commit": ("caches.py", "commit"),
+        "SlidingWindowCache(1, 1, 1, 1).extend": ("caches.py", "extend"),
+        "DecoderBlock(8, 2, 16, 8).forward": ("cross.py", "forward"),
+    }
+    for expression, (file, name) in cases.items():
+        source = f"from attention_lib import *\n{expression}"
+        found = jedi.Script(source, project=jedi.Project(ROOT)).goto(2, len(expression) - 1, follow_imports=True)
+        assert found and found[0].name == name and Path(found[0].module_path).name == file, (expression, found)
+
+
+def test_importing_the_package_loads_neither_matplotlib_nor_ipywidgets():
+    import subprocess
+
+    code = (
+        "import sys, attention_lib\n"
+        "assert 'matplotlib' not in sys.modules and 'ipywidgets' not in sys.modules, 'loaded at import'\n"
+        "from attention_lib import plot_weights\n"  # a picture's name loads attention_lib.viz on first use
+        "from attention_lib.viz import explore_attention\n"
+        "assert 'matplotlib' in sys.modules and attention_lib.viz.explore_attention is explore_attention\n"
+        "assert 'plot_weights' in dir(attention_lib) and callable(plot_weights)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_internal_helpers_stay_out_of_the_public_names():
+    public = set(attention_lib.__all__)
+    assert all(not name.startswith("_") for name in public)
+    for module in ("functional", "masks", "caches", "causal", "grouped", "bidirectional", "cross", "efficient"):
+        names = __import__(f"attention_lib.{module}", fromlist=["__all__"]).__all__
+        assert all(not name.startswith("_") for name in names), module
+    assert "attend_with_bias" not in public and "check_attention_mask" not in public
