@@ -7,7 +7,7 @@ positions, ALiBi adds a penalty that grows with distance; `padding_positions` nu
 
 from __future__ import annotations
 
-import math  # noqa: F401 (ALiBi's slopes, notebook 08)
+import math  # noqa: F401 (alibi_slopes)
 
 import torch
 from torch import Tensor

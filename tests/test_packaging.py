@@ -208,3 +208,16 @@ def test_internal_helpers_stay_out_of_the_public_names():
         names = __import__(f"attention_lib.{module}", fromlist=["__all__"]).__all__
         assert all(not name.startswith("_") for name in names), module
     assert "attend_with_bias" not in public and "check_attention_mask" not in public
+
+
+def test_the_readmes_examples_of_the_layers_run():
+    """The code of "Use the layers in your own model" runs as it is written, one block after the other."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Use the layers in your own model") : text.index("## See what attention does")]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)
+    assert namespace["out"].shape == (2, 10, 256) and namespace["y"].shape == (2, 1, 256)
+    assert len(namespace["cache"]) == 8

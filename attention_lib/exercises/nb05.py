@@ -25,7 +25,6 @@ def _cross(x, context, Wq, Wkv, Wo, num_heads, mask):
 @grader("05.1")
 def check_05_1(cross_attention) -> str:
     """cross_attention(x, context, Wq, Wkv, Wo, num_heads, context_mask) -> (B, S, C)."""
-    torch.manual_seed(0)
     B, S, S_kv, C, C_kv, NH = 2, 3, 5, 8, 12, 2
     Wq, Wkv, Wo = nn.Linear(C, C), nn.Linear(C_kv, 2 * C), nn.Linear(C, C)
     x, context = torch.randn(B, S, C), torch.randn(B, S_kv, C_kv)  # (B, S, C), (B, S_kv, C_kv)
@@ -58,7 +57,6 @@ def check_05_2(post_norm_block) -> str:
     """post_norm_block(block, x, context) -> the 2017 order, x = norm(x + f(x)), from the block's parts."""
     from attention_lib import DecoderBlock, causal_mask
 
-    torch.manual_seed(0)
     torch_layer = nn.TransformerDecoderLayer(16, 4, 32, dropout=0.0, norm_first=True, batch_first=True).eval()
     with torch.no_grad():  # norms that are not the identity, so that their place shows
         for norm in (torch_layer.norm1, torch_layer.norm2, torch_layer.norm3):
@@ -104,7 +102,6 @@ def check_05_3(decode_stack) -> str:
     """decode_stack(blocks, x (B, S, C), context (B, S_kv, C)) -> (B, S, C): a stack of blocks, one token per step."""
     from attention_lib import DecoderBlock
 
-    torch.manual_seed(0)
     B, S, S_kv, C = 2, 4, 5, 16
     blocks = [DecoderBlock(C, 4, 32, context_size=S).eval() for _ in range(2)]
     x, context = torch.randn(B, S, C), torch.randn(B, S_kv, C)  # (B, S, C), (B, S_kv, C)

@@ -10,7 +10,7 @@ One picture style for the whole series, static and interactive (`attention_lib.v
   "attention weight", hidden cells in the mask's grey; values written in the cells of a table while S, S_kv <= 10
   (`writes_values`; up to 6 in plot_view's three tables), never in the grids of all heads; the lines show a value
   only on hover;
-- a bias a layer adds to its scores (ALiBi, notebook 08): BIAS_CMAP "Purples_r" from its most negative visible value
+- a bias a layer adds to its scores (ALiBi): BIAS_CMAP "Purples_r" from its most negative visible value
   to 0 (`bias_norm`), its own colour bar "ALiBi bias", hidden cells grey.
 
 How the static plots read a mask (the series' rule: a 2-D mask is always a (B, S_kv) padding mask): plot_weights and
@@ -22,7 +22,7 @@ A 1-D mask is one padding row; 3-D and 4-D masks are read like the scores.
 
 Modules: style (the rule), plots (matplotlib: plot_mask, plot_weights, plot_heads, plot_cross_attention, plot_view),
 svg (the browser's pictures: tables, all heads, lines), views (what a layer did: KINDS, register_kind, attention_view;
-the kinds of notebook 08's layers: sliding window, ALiBi, grouped-query), explorer (explore_attention, AttentionExplorer).
+the kinds of GroupedQueryAttention: sliding window, ALiBi, grouped-query), explorer (explore_attention, AttentionExplorer).
 """
 
 from __future__ import annotations

@@ -180,7 +180,7 @@ def plot_heads(weights: Tensor, query_labels: Labels = None, key_labels: Labels 
                groups: int = 1) -> Figure:
     """Every head of batch element `batch`, weights (B, NH, S, S_kv), in a grid on one colour scale with one colour
     bar; returns the Figure. For one head's (B, S, S_kv) pass weights[:, None]. groups = G > 1: G query heads share
-    each key/value head (notebook 08); each row holds one group, each head titled with its key/value head."""
+    each key/value head; each row holds one group, each head titled with its key/value head."""
     w = torch.as_tensor(weights).detach().cpu().float()  # (B, NH, S, S_kv)
     if w.ndim != 4:
         raise ValueError(f"weights must have shape (B, NH, S, S_kv), got {tuple(w.shape)} "

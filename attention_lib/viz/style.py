@@ -14,7 +14,7 @@ from torch import Tensor
 HIDDEN, MAY_ATTEND = "#d9d9d9", "#2ca25f"  # the mask's two colours: grey = hidden, green = may attend
 MASK_CMAP = ListedColormap([HIDDEN, MAY_ATTEND])  # False (0) -> grey, True (1) -> green
 WEIGHTS_CMAP, WEIGHTS_LABEL = "Blues", "attention weight"  # white at 0, dark blue at the top; the colour bar's label
-BIAS_CMAP, BIAS_LABEL = "Purples_r", "ALiBi bias"  # a bias added to the scores (notebook 08): dark = most negative
+BIAS_CMAP, BIAS_LABEL = "Purples_r", "ALiBi bias"  # a bias added to the scores: dark = most negative
 ANNOTATE_MAX = 10  # values are written in the cells while S and S_kv are both at most this
 
 

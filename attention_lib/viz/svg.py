@@ -126,7 +126,7 @@ def heads_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seque
               selected: int | None = None, title: str = "", ncols: int = 4, groups: int = 1) -> str:
     """Every head of a layer, weights (NH, S, S_kv), as small tables in a grid on one scale; the tokens left of each
     row and above each column of tables (10 px); the selected head framed. groups = G > 1: G query heads share each
-    key/value head (notebook 08): one group per row, each head named with its key/value head."""
+    key/value head: one group per row, each head named with its key/value head."""
     NH, S, S_kv = weights.shape
     names = [f"head {h}" + f" → kv {h // groups}" * (groups > 1) for h in range(NH)]
     cell, ncols = max(11, min(18, 176 // max(S, S_kv))), min(groups if 1 < groups <= 8 else ncols, NH)  # rows of 11 px: 10 px labels

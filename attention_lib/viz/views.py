@@ -24,7 +24,7 @@ class Kind:
     """A kind of attention: `run(layer, x, context, keys) -> (mask (S, S_kv), weights (1, [NH,] S, S_kv))` masks and
     runs a layer. x: (1, S, C); context: (1, S_kv, C_kv) for a cross kind, else None; keys: (1, S_kv) bool, True on
     the real keys, False on padding. `cross`: the keys come from a second sequence, the context. `make_layer`: builds the
-    explorer's seeded layer of a self-attention kind when it is given none (None: notebook 03's, or 04's for causal)."""
+    explorer's seeded layer of a self-attention kind when it is given none (None: a BidirectionalAttention, or a CausalAttention for causal)."""
 
     name: str
     run: Run
@@ -45,13 +45,13 @@ __all__ = ['PAD', 'Run', 'Layer', 'KINDS', 'Kind', 'register_kind', 'layer_mask'
 # %% ../../notebooks/06_visualisation.ipynb #6fb4cfd1
 def _is_causal_layer(layer: nn.Module) -> bool:
     """Whether the layer applies the causal triangle itself, whatever mask it gets: a CausalAttention or a subclass
-    (GroupedQueryAttention), known by the name in its classes, so that a notebook's own copy of the class counts too."""
+    (GroupedQueryAttention), known by the name in its classes, so that a copy of the class defined elsewhere counts too."""
     return any(cls.__name__ == "CausalAttention" for cls in type(layer).__mro__)
 
 
 def layer_mask(layer: nn.Module, S: int, device: torch.device | str | None = None) -> Tensor | None:
     """(S, S): what a self-attention layer hides by itself, whatever mask it gets: its causal triangle, cut to its last
-    `window` keys when it has a window (notebook 08); None for a layer that hides only what its mask hides."""
+    `window` keys when it has a window; None for a layer that hides only what its mask hides."""
     if not _is_causal_layer(layer):
         return None
     window, i = getattr(layer, "window", None), torch.arange(S, device=device)
@@ -86,7 +86,7 @@ register_kind("cross", run_cross, cross=True)
 
 
 def layer_bias(layer: nn.Module, S: int) -> Tensor | None:
-    """(NH, S, S): what a layer adds to its scores, ALiBi's -m_h·(i - j) from its `slopes` (notebook 08); else None."""
+    """(NH, S, S): what a layer adds to its scores, ALiBi's -m_h·(i - j) from its `slopes`; else None."""
     slopes = getattr(layer, "slopes", None)  # (NH,) on a layer built with alibi=True
     if slopes is None:
         return None
@@ -95,7 +95,7 @@ def layer_bias(layer: nn.Module, S: int) -> Tensor | None:
 
 
 def layer_groups(layer: nn.Module) -> int:
-    """G: how many query heads share each key/value head (NH // NKV, notebook 08); 1 when none share."""
+    """G: how many query heads share each key/value head (NH // NKV); 1 when none share."""
     return layer.num_heads // getattr(layer, "num_kv_heads", layer.num_heads) if hasattr(layer, "num_heads") else 1
 
 
@@ -124,7 +124,7 @@ def _query_projection(layer: nn.Module) -> tuple[nn.Module, int]:
     if isinstance(getattr(layer, "Wq", None), nn.Linear):
         return layer.Wq, layer.Wq.out_features
     if isinstance(getattr(layer, "Wqkv", None), nn.Linear):  # laid out [q | k | v], q first: NH·HS columns
-        HS = getattr(layer, "head_size", None)  # k and v may be narrower than q (NKV < NH key/value heads, notebook 08)
+        HS = getattr(layer, "head_size", None)  # k and v may be narrower than q (NKV < NH key/value heads)
         return layer.Wqkv, getattr(layer, "num_heads", 1) * HS if HS else layer.Wqkv.out_features // 3
     raise TypeError(f"temperature needs a layer with a Wq or Wqkv projection, got {type(layer).__name__}")
 
