@@ -60,8 +60,8 @@ class AttentionBase(nn.Module):
 
     def _split_heads(self, t: Tensor) -> Tensor:
         """(B, S, NH·HS) -> (B, NH, S, HS)."""
-        B, S, _ = t.shape
-        return t.reshape(B, S, -1, self.head_size).transpose(1, 2)  # (B, NH, S, HS)
+        B, S, C = t.shape
+        return t.reshape(B, S, C // self.head_size, self.head_size).transpose(1, 2)  # (B, NH, S, HS)
 
     def _merge_heads(self, t: Tensor) -> Tensor:
         """(B, NH, S, HS) -> (B, S, C): the transpose first, or tokens and heads get mixed up."""
@@ -75,26 +75,38 @@ class AttentionBase(nn.Module):
     def _attend(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None = None,
         is_causal: bool = False, return_weights: bool = False, path: AttentionImpl | None = None,
+        window: int | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """q (B, NH, S, HS), k and v (B, NKV, S_kv, HS), NKV dividing NH: query head h reads key/value head h // G,
         G = NH // NKV. mask: None or bool broadcasting to (B, NH, S, S_kv); bias: None or float, likewise; causal
-        queries sit at the end of the keys; path: the attention function, if the caller has looked it up.
+        queries sit at the end of the keys, and with a window see only the last `window` keys up to their own;
+        path: the attention function, if the caller has looked it up.
         Returns (out (B, S, C), weights (B, NH, S, S_kv) or None)."""
         B, NH, S, HS = q.shape
-        G = NH // k.shape[1]
+        S_kv, G = k.shape[2], NH // k.shape[1]
+        old = 0  # the oldest keys, which no query sees
+        if is_causal and S == 1:  # a single query at the end of the keys sees them all, or the last `window`
+            old = 0 if window is None else max(0, S_kv - window)
+            if old:  # views: the keys, values, mask and bias of the keys it sees
+                k, v = k[:, :, old:], v[:, :, old:]  # (B, NKV, window, HS)
+                mask = mask if mask is None or mask.shape[-1] == 1 else mask[..., old:]
+                bias = bias if bias is None or bias.shape[-1] == 1 else bias[..., old:]
+            is_causal, window = False, None
         if G > 1 and S == 1:  # one token: the G query heads of a group become G queries of its key/value head
             q = q.reshape(B, NH // G, G, HS)  # (B, NKV, G, HS), a view: the cache is read as it is, not copied
             mask, bias = _fold_heads(mask, G), _fold_heads(bias, G)  # (b, NKV or 1, G or 1, S_kv)
-            is_causal = False  # a single query at the end of the keys sees them all
         elif G > 1:
             k, v = repeat_kv(k, G), repeat_kv(v, G)  # (B, NH, S_kv, HS) each
         p = self.attn_drop if self.training else 0.0
         path = self._path(return_weights) if path is None else path  # the function of the layer's attn_impl
-        context, weights = path(q, k, v, mask=mask, bias=bias, scale=None, dropout_p=p,
-                                is_causal=is_causal)  # (B, NH or NKV, S or G, HS)
+        context, weights = path(q, k, v, mask=mask, bias=bias, scale=None, dropout_p=p, is_causal=is_causal,
+                                window=window)  # (B, NH or NKV, S or G, HS)
         out = self.Wo(self._merge_heads(context.reshape(B, NH, S, HS)))  # (B, S, C)
         out = F.dropout(out, self.out_drop, self.training) if self.out_drop > 0 else out
-        return out, None if weights is None else weights.reshape(B, NH, S, -1)  # (B, NH, S, S_kv)
+        if weights is None:
+            return out, None
+        weights = weights.reshape(B, NH, S, weights.shape[-1])  # (B, NH, S, S_kv - old)
+        return out, F.pad(weights, (old, 0))  # (B, NH, S, S_kv): zero for the old keys
 
 # %% ../notebooks/03_bidirectional.ipynb #b87d1468
 class BidirectionalAttention(AttentionBase):

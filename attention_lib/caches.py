@@ -6,6 +6,8 @@ and `SlidingWindowCache` (the last `window` tokens), and `kv_cache_bytes`, what 
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import Tensor
 
@@ -38,6 +40,7 @@ class Cache:
         shape = (self.batch_size, self.num_kv_heads, check_size("capacity", capacity), self.head_size)
         self._keys = torch.zeros(shape, dtype=dtype, device=device)  # (B, NKV, capacity, HS)
         self._values = torch.zeros(shape, dtype=dtype, device=device)  # (B, NKV, capacity, HS)
+        self._inference = torch.is_inference_mode_enabled()  # storage made there can only be written there
         self._length = 0  # tokens kept
         self._seen = 0  # tokens appended since the last reset
         self._staged = None  # what the last `extend` showed and `commit` would keep
@@ -103,8 +106,9 @@ class Cache:
 
     def crop(self, length: int) -> None:
         """Keep only the first `length` kept tokens (0 <= length <= len(self)): forget the newest, e.g. to undo a step."""
-        if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= self._length:
+        if isinstance(length, bool) or not isinstance(length, numbers.Integral) or not 0 <= length <= self._length:
             raise ValueError(f"length must be an int in [0, len(cache)={self._length}], got {length!r}")
+        length = int(length)
         self._seen -= self._length - length
         self._length, self._staged = length, None
 
@@ -122,6 +126,11 @@ class Cache:
             raise RuntimeError(
                 "a cache keeps keys and values without gradients: run the layer under torch.no_grad() or "
                 "torch.inference_mode()"
+            )
+        if self._inference and not torch.is_inference_mode_enabled():  # torch would write, then raise
+            raise RuntimeError(
+                "this cache was made under torch.inference_mode(), so it can only be written there: run the layer "
+                "under torch.inference_mode() too, or make the cache outside it"
             )
         self.check_room(k.shape[0], k.shape[2], name="k")
 
@@ -181,8 +190,13 @@ def kv_cache_bytes(
     2 (a key and a value) x layers x NKV heads x HS numbers per token and layer; with a sliding `window`, only the
     last `window` tokens are kept.
     """
-    kept = tokens if window is None else min(tokens, window)
-    return 2 * num_layers * num_kv_heads * head_size * kept * batch_size * bytes_per_value
+    if isinstance(tokens, bool) or not isinstance(tokens, numbers.Integral) or tokens < 0:
+        raise ValueError(f"tokens must be an int >= 0, got {tokens!r}")
+    layers, heads, size = (check_size(n, v) for n, v in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads),
+                                                         ("head_size", head_size)))
+    batch, width = check_size("batch_size", batch_size), check_size("bytes_per_value", bytes_per_value)
+    kept = int(tokens) if window is None else min(int(tokens), check_size("window", window))
+    return 2 * layers * heads * size * kept * batch * width
 
 # %% ../notebooks/08_variants.ipynb #0ca370a2
 class SlidingWindowCache(Cache):
@@ -211,6 +225,9 @@ class SlidingWindowCache(Cache):
         if self._staged is None:
             raise RuntimeError("nothing to commit: commit() keeps the tokens of the last extend(k, v)")
         keys, values, new = self._staged
+        if new == 0:  # no new token: the kept ones stay as they are (extend showed only the last window - 1)
+            self._staged = None
+            return
         keep = min(keys.shape[2], self.window)  # the last `window` tokens stay
         self._keys[:, :, :keep] = keys[:, :, -keep:]  # (B, NKV, keep, HS), oldest first
         self._values[:, :, :keep] = values[:, :, -keep:]

@@ -125,20 +125,19 @@ class CausalAttention(BidirectionalAttention):
             k, v = cache.extend(k, v)  # (B, NKV, S_kv, HS): the cached keys the queries see, then the new ones
             if mask is not None and mask.shape[-1] > 1:  # the columns of the keys the cache returned
                 mask = mask[..., start + S - k.shape[2] :]
-        mask, bias = self._mask_and_bias(mask, S, k.shape[2], x.dtype)
-        return self._attend(q, k, v, mask, bias, is_causal=True, return_weights=return_weights, path=path)
+        bias = self._bias(S, k.shape[2], x.dtype)  # None, or ALiBi's (1, NH, S, S_kv) in GroupedQueryAttention
+        return self._attend(q, k, v, mask, bias, is_causal=True, return_weights=return_weights, path=path,
+                            window=self.window)
 
     def _project(self, x: Tensor, positions: Tensor | None, start: int) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, S, C) -> q (B, NH, S, HS), k and v (B, NKV, S, HS). The positions, (1 or B, S) or None for start,
         start + 1, ..., turn q and k in a layer with rotary embeddings (GroupedQueryAttention), not here."""
         return self._qkv(x)
 
-    def _mask_and_bias(
-        self, mask: Tensor | None, q_len: int, kv_len: int, dtype: torch.dtype
-    ) -> tuple[Tensor | None, Tensor | None]:
-        """The mask and the additive bias of S = q_len queries at the end of S_kv = kv_len keys: the reader's mask as
-        it is and no bias here (GroupedQueryAttention adds a window and ALiBi)."""
-        return mask, None
+    def _bias(self, q_len: int, kv_len: int, dtype: torch.dtype) -> Tensor | None:
+        """The additive bias of the scores of S = q_len queries at the end of S_kv = kv_len keys: none here
+        (GroupedQueryAttention adds ALiBi's)."""
+        return None
 
     @staticmethod
     def _require(cache: Cache) -> Cache:

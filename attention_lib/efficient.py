@@ -48,48 +48,76 @@ def _tile(t: Tensor, i0: int, i1: int, j0: int, j1: int) -> Tensor:
 
 
 def tile_mask(
-    mask: Tensor | None, causal_offset: int | None, i0: int, i1: int, j0: int, j1: int, device: torch.device
+    mask: Tensor | None, causal_offset: int | None, i0: int, i1: int, j0: int, j1: int, device: torch.device,
+    window: int | None = None,
 ) -> Tensor | None:
     """The mask of the tile of queries i0:i1 and keys j0:j1: bool (..., Bq, Bk), True = may attend, or None.
 
     mask: None or bool with the scores' rank, broadcasting to (..., S, S_kv) (sizes of 1 are kept, not sliced).
-    causal_offset: None, or S_kv - S when query i sees keys j <= i + S_kv - S (the causal rule).
-    None means that every pair of the tile is visible.
+    causal_offset: None, or S_kv - S when query i sees keys j <= i + S_kv - S (the causal rule); window (with
+    causal_offset): query i sees only keys j > i + S_kv - S - window as well. Both are index arithmetic on the tile:
+    no mask of the whole sequence is ever built. None means that every pair of the tile is visible.
     """
     tile = None if mask is None else _tile(mask, i0, i1, j0, j1)  # (..., Bq or 1, Bk or 1)
-    if causal_offset is not None and j1 - 1 > i0 + causal_offset:  # the tile crosses the diagonal
-        i = torch.arange(i0, i1, device=device)[:, None]  # (Bq, 1)
+    if causal_offset is None:
+        return tile
+    future = j1 - 1 > i0 + causal_offset  # the tile crosses the diagonal: its top right is in the future
+    past = window is not None and j0 <= i1 - 1 + causal_offset - window  # its bottom left is older than the window
+    if future or past:
+        i = torch.arange(i0, i1, device=device)[:, None] + causal_offset  # (Bq, 1): the queries' positions
         j = torch.arange(j0, j1, device=device)[None, :]  # (1, Bk)
-        causal = j <= i + causal_offset  # (Bq, Bk)
-        tile = causal if tile is None else tile & causal  # (..., Bq, Bk)
+        band = j <= i if window is None else (j <= i) & (j > i - window)  # (Bq, Bk)
+        tile = band if tile is None else tile & band  # (..., Bq, Bk)
     return tile
 
 # %% ../notebooks/07_efficient.ipynb #7c1d2e40
 def _tile_scores(
-    qi: Tensor, kj: Tensor, mask: Tensor | None, bias: Tensor | None, offset: int | None,
+    qi: Tensor, kj: Tensor, mask: Tensor | None, bias: Tensor | None, offset: int | None, window: int | None,
     i0: int, i1: int, j0: int, j1: int,
-) -> Tensor:
+) -> tuple[Tensor, Tensor | None]:
     """The scores of one tile, qi (..., Bq, HS) already scaled against kj (..., Bk, HS): qi kjᵀ + the bias tile, -inf
-    where the mask or the causal rule hides a key; (..., Bq, Bk), a new tensor the caller may overwrite."""
+    where the mask, the causal rule or the window hides a key; (..., Bq, Bk), a new tensor the caller may overwrite.
+    Also returns the tile's mask (None: every pair visible), which says which queries saw a key."""
     z = qi @ kj.transpose(-2, -1)  # (..., Bq, Bk)
     if bias is not None:
         z = z + _tile(bias, i0, i1, j0, j1).to(z.dtype)  # (..., Bq, Bk)
-    tile = tile_mask(mask, offset, i0, i1, j0, j1, qi.device)  # (..., Bq, Bk) or None
-    return z if tile is None else z.masked_fill_(~tile, -math.inf)  # (..., Bq, Bk)
+    tile = tile_mask(mask, offset, i0, i1, j0, j1, qi.device, window)  # (..., Bq, Bk) or None
+    return (z if tile is None else z.masked_fill_(~tile, -math.inf)), tile  # (..., Bq, Bk)
 
 # %% ../notebooks/07_efficient.ipynb #e947a03a
+def _key_blocks(i0: int, i1: int, S_kv: int, offset: int | None, window: int | None, block_size: int) -> range:
+    """The starts of the key blocks that queries i0:i1 may see: not those entirely in their future (causal), nor
+    those entirely older than their window."""
+    if offset is None:
+        return range(0, S_kv, block_size)
+    end = max(0, min(S_kv, i1 + offset))  # key i1 - 1 + offset is the newest the last query sees
+    start = 0 if window is None else max(0, i0 + offset - window + 1) // block_size * block_size
+    return range(start, end, block_size)
+
+
+def _query_blocks(j0: int, j1: int, S: int, offset: int | None, window: int | None, block_size: int) -> range:
+    """The starts of the query blocks that may see keys j0:j1 (the transpose of `_key_blocks`)."""
+    if offset is None:
+        return range(0, S, block_size)
+    start = max(0, j0 - offset) // block_size * block_size  # query j0 - offset is the first to see key j0
+    end = S if window is None else max(0, min(S, j1 - 1 - offset + window))  # the last to see key j1 - 1, plus one
+    return range(start, end, block_size)
+
+
 def tiled_forward(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False, block_size: int = 256,
-    *, bias: Tensor | None = None, scale: float | None = None,
+    *, bias: Tensor | None = None, scale: float | None = None, window: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Attention tile by tile with the online softmax; returns (out (..., S, HS_v), lse (..., S)).
 
     Internal: checks nothing (`tiled_attention` checks its inputs and gives the mask the scores' rank).
     q: (..., S, HS), k: (..., S_kv, HS), v: (..., S_kv, HS_v), the same leading sizes; mask: None or bool, bias:
-    None or float, both with the scores' rank; scale: the factor of q kᵀ (None: 1/√HS). Only one
-    (..., block_size, block_size) tile of scores exists at a time. Computes in `accumulation_dtype(q.dtype)`: out has
-    q's dtype, lse the accumulation dtype. lse is the log-sum-exp of each row's visible scores, +inf for a row with
-    no visible key (output 0).
+    None or float, both with the scores' rank; scale: the factor of q kᵀ (None: 1/√HS); window (with is_causal):
+    the number of latest keys a query sees. Only one (..., block_size, block_size) tile of scores exists at a time,
+    and the key blocks a query block cannot see are skipped. Computes in `accumulation_dtype(q.dtype)`: out has q's
+    dtype, lse the accumulation dtype. lse is the log-sum-exp of each row's visible scores, +inf for a row with no
+    visible key (output 0); a non-finite score a row sees makes its output and lse non-finite (NaN), as on the
+    other paths.
     """
     S, S_kv = q.size(-2), k.size(-2)
     acc_dtype = accumulation_dtype(q.dtype)  # float32 for float16 and bfloat16 inputs
@@ -103,13 +131,13 @@ def tiled_forward(
         m = qi.new_full(qi.shape[:-1], -math.inf)  # (..., Bq)
         l = qi.new_zeros(qi.shape[:-1])  # (..., Bq)
         acc = qi.new_zeros(*qi.shape[:-1], v.size(-1))  # (..., Bq, HS_v)
-        # key blocks from kv_end on lie entirely in the future of every query of this block: never visited
-        kv_end = S_kv if offset is None else max(0, min(S_kv, i1 + offset))
-        for j0 in range(0, kv_end, block_size):
+        # which rows saw a visible key: kept apart from l, which NaN or overflow can make anything
+        seen = torch.zeros(m.shape, dtype=torch.bool, device=q.device)  # (..., Bq)
+        for j0 in _key_blocks(i0, i1, S_kv, offset, window, block_size):
             j1 = min(j0 + block_size, S_kv)
-            z = _tile_scores(qi, k[..., j0:j1, :].to(acc_dtype), mask, bias, offset, i0, i1, j0, j1)  # (..., Bq, Bk)
+            z, tile = _tile_scores(qi, k[..., j0:j1, :].to(acc_dtype), mask, bias, offset, window, i0, i1, j0, j1)
+            seen = seen | (True if tile is None else tile.any(dim=-1))  # (..., Bq)
             m, l, acc = online_softmax_update(m, l, acc, z, v[..., j0:j1, :].to(acc_dtype))
-        seen = l > 0  # (..., Bq): rows with at least one visible key
         out[..., i0:i1, :] = torch.where(seen[..., None], acc / l[..., None], 0.0)  # (..., Bq, HS_v), in q's dtype
         lse[..., i0:i1] = torch.where(seen, m + torch.log(l), math.inf)  # (..., Bq)
     return out, lse
@@ -118,7 +146,7 @@ def tiled_forward(
 def tiled_backward(
     q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, grad_out: Tensor,
     mask: Tensor | None = None, is_causal: bool = False, block_size: int = 256,
-    *, bias: Tensor | None = None, scale: float | None = None,
+    *, bias: Tensor | None = None, scale: float | None = None, window: int | None = None,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Gradients (dq, dk, dv) of tiled attention, recomputing each tile's weights from lse (重计算).
 
@@ -136,13 +164,11 @@ def tiled_backward(
         j1 = min(j0 + block_size, S_kv)
         kj, vj = k[..., j0:j1, :].to(acc_dtype), v[..., j0:j1, :].to(acc_dtype)  # (..., Bk, HS), (..., Bk, HS_v)
         dkj, dvj = torch.zeros_like(kj), torch.zeros_like(vj)  # (..., Bk, HS), (..., Bk, HS_v)
-        # query j0 - offset is the first to see key j0: the query blocks before its own see no key of this block
-        first = 0 if offset is None else max(0, j0 - offset) // block_size * block_size
-        for i0 in range(first, S, block_size):
+        for i0 in _query_blocks(j0, j1, S, offset, window, block_size):  # the query blocks that see this key block
             i1 = min(i0 + block_size, S)
             qi = q[..., i0:i1, :].to(acc_dtype)  # (..., Bq, HS)
             doi = grad_out[..., i0:i1, :].to(acc_dtype)  # (..., Bq, HS_v)
-            z = _tile_scores(qi * scale, kj, mask, bias, offset, i0, i1, j0, j1)  # (..., Bq, Bk)
+            z, _ = _tile_scores(qi * scale, kj, mask, bias, offset, window, i0, i1, j0, j1)  # (..., Bq, Bk)
             p = z.sub_(lse[..., i0:i1, None]).exp_()  # (..., Bq, Bk): the weights, recomputed in place
             dvj += p.transpose(-2, -1) @ doi  # (..., Bk, HS_v)
             # dZ = P (dP - D), times the scale here, once, so that dq and dk below need no scaling
@@ -156,16 +182,17 @@ def tiled_backward(
 class TiledAttention(torch.autograd.Function):
     """Tiled attention with a recomputing backward: saves q, k, v, the output and lse, never a weight tile.
 
-    `TiledAttention.apply(q, k, v, mask, bias, scale, is_causal, block_size)` -> out (..., S, HS_v); shapes as in
+    `TiledAttention.apply(q, k, v, mask, bias, scale, is_causal, window, block_size)` -> out (..., S, HS_v); shapes as in
     `tiled_forward` (q, k, v with the same leading sizes). Use `tiled_attention`, which checks its inputs.
     """
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None, scale: float | None,
-                is_causal: bool, block_size: int):
-        out, lse = tiled_forward(q, k, v, mask, is_causal, block_size, bias=bias, scale=scale)  # (..., S, HS_v), (..., S)
+                is_causal: bool, window: int | None, block_size: int):
+        out, lse = tiled_forward(q, k, v, mask, is_causal, block_size, bias=bias, scale=scale,
+                                 window=window)  # (..., S, HS_v), (..., S)
         ctx.save_for_backward(q, k, v, out, lse, mask, bias)
-        ctx.scale, ctx.is_causal, ctx.block_size = scale, is_causal, block_size
+        ctx.scale, ctx.is_causal, ctx.window, ctx.block_size = scale, is_causal, window, block_size
         return out
 
     @staticmethod
@@ -177,13 +204,13 @@ class TiledAttention(torch.autograd.Function):
             )
         q, k, v, out, lse, mask, bias = ctx.saved_tensors
         dq, dk, dv = tiled_backward(q, k, v, out, lse, grad_out, mask, ctx.is_causal, ctx.block_size, bias=bias,
-                                    scale=ctx.scale)
-        return dq, dk, dv, None, None, None, None, None
+                                    scale=ctx.scale, window=ctx.window)
+        return dq, dk, dv, None, None, None, None, None, None
 
 # %% ../notebooks/07_efficient.ipynb #2429bc87
 def _tiled(
     q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, bias: Tensor | None, scale: float | None,
-    dropout_p: float, is_causal: bool, block_size: int = 256,
+    dropout_p: float, is_causal: bool, window: int | None = None, block_size: int = 256,
 ) -> tuple[Tensor, None]:
     """The path "tiled" of `attend` on checked inputs: the leading sizes broadcast, then `TiledAttention`."""
     if bias is not None and bias.requires_grad:
@@ -192,12 +219,12 @@ def _tiled(
     q = q.expand(*lead, *q.shape[-2:])  # (..., S, HS): views, no copy
     k = k.expand(*lead, *k.shape[-2:])  # (..., S_kv, HS)
     v = v.expand(*lead, *v.shape[-2:])  # (..., S_kv, HS_v)
-    return TiledAttention.apply(q, k, v, mask, bias, scale, is_causal, block_size), None  # (..., S, HS_v)
+    return TiledAttention.apply(q, k, v, mask, bias, scale, is_causal, window, block_size), None  # (..., S, HS_v)
 
 # %% ../notebooks/07_efficient.ipynb #6e5aa66d
 def tiled_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, is_causal: bool = False, block_size: int = 256,
-    *, bias: Tensor | None = None, scale: float | None = None,
+    *, bias: Tensor | None = None, scale: float | None = None, window: int | None = None,
 ) -> Tensor:
     """softmax(q kᵀ / √HS + bias) v in tiles of block_size queries x block_size keys; returns the context
     (..., S, HS_v).
@@ -205,12 +232,14 @@ def tiled_attention(
     q: (..., S, HS), k: (..., S_kv, HS), v: (..., S_kv, HS_v); leading sizes broadcast. mask: bool, True = may
     attend, a (B, S_kv) padding mask or broadcasting to (..., S, S_kv); bias: a constant float tensor added to the
     scores (ALiBi); scale: the factor of q kᵀ (default 1/√HS). `is_causal=True`: query i sits at position
-    S_kv - S + i and sees keys 0..S_kv - S + i (tiles entirely in the future are skipped). A query with no visible key
-    gets a zero context (never NaN) and zero gradients. Memory grows like S + S_kv (for the forward and for the
-    backward, which recomputes the weights from the saved log-sum-exp), never like S x S_kv. No attention dropout.
+    S_kv - S + i and sees keys 0..S_kv - S + i (tiles entirely in the future are skipped); window (with is_causal):
+    only the last `window` of those (tiles entirely older are skipped too). A query with no visible key gets a zero
+    context (never NaN) and zero gradients; a NaN or inf it sees makes its row NaN, as on the other paths. Memory
+    grows like S + S_kv (for the forward and for the backward, which recomputes the weights from the saved
+    log-sum-exp), never like S x S_kv, unless the mask or bias passed in is itself that large. No attention dropout.
     """
-    args = check_attention_args(q, k, v, mask, bias, scale, 0.0, is_causal)
+    args = check_attention_args(q, k, v, mask, bias, scale, 0.0, is_causal, window)
     return _tiled(q, k, v, **args, block_size=check_size("block_size", block_size))[0]  # (..., S, HS_v)
 
 # %% ../notebooks/07_efficient.ipynb #e419bbf1
-register_attention_impl("tiled", _tiled, dropout=False)
+register_attention_impl("tiled", _tiled, dropout=False, window=True)

@@ -6,15 +6,17 @@ dispatcher over a registry of paths that every layer uses."""
 # %% ../notebooks/00_recap.ipynb #2f3f74ea
 from __future__ import annotations
 
+import functools  # noqa: F401 (the registry's wrapper of a path without a window)
 import math
 import numbers
+from collections.abc import Callable  # noqa: F401
 from typing import Protocol  # noqa: F401 (AttentionImpl, the type of an attention path)
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_probability
+from .checks import check_probability, check_size
 from .masks import _lower_triangle, mask_for_scores
 
 # %% auto #0
@@ -30,6 +32,8 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
     """
     if mask is None:
         return scores.softmax(dim=-1)  # (..., S, S_kv)
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor, True = may attend, got {getattr(mask, 'dtype', type(mask).__name__)}")
     scores = scores.masked_fill(~mask, float("-inf"))  # (..., S, S_kv)
     has_key = mask.any(dim=-1, keepdim=True)  # (..., S, 1): does the row see any key?
     scores = scores.masked_fill(~has_key, 0.0)  # (..., S, S_kv): finite scores in the rows that see nothing
@@ -38,24 +42,27 @@ def masked_softmax(scores: Tensor, mask: Tensor | None = None) -> Tensor:
 # %% ../notebooks/00_recap.ipynb #28c2ac7b
 def _explicit(
     q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, bias: Tensor | None, scale: float | None,
-    dropout_p: float, is_causal: bool,
+    dropout_p: float, is_causal: bool, window: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """softmax(q kᵀ · scale + bias) v step by step, on checked inputs; returns (context, weights before dropout)."""
     scores = q @ k.transpose(-2, -1)  # (..., S, S_kv)
     scores = scores / math.sqrt(q.size(-1)) if scale is None else scores * scale  # (..., S, S_kv)
     if bias is not None:
         scores = scores + bias  # (..., S, S_kv): an additive bias such as ALiBi's
-    if is_causal:
-        causal = _lower_triangle(q.size(-2), k.size(-2), device=q.device)  # (S, S_kv)
+    if is_causal:  # the triangle (with a window: the band of the last `window` keys), aligned at the end of the keys
+        causal = _lower_triangle(q.size(-2), k.size(-2), q.device, window)  # (S, S_kv)
         mask = causal if mask is None else mask & causal  # (..., S, S_kv)
     weights = masked_softmax(scores, mask)  # (..., S, S_kv)
     dropped = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights  # (..., S, S_kv)
-    return dropped @ v, weights  # (..., S, HS), (..., S, S_kv)
+    context = dropped @ v  # (..., S, HS)
+    if mask is not None:  # a query that sees no key: exactly zero, even where v holds NaN (0 · NaN is NaN)
+        context = context.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return context, weights  # (..., S, HS), (..., S, S_kv)
 
 
 def explicit_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
-    *, bias: Tensor | None = None, scale: float | None = None,
+    *, bias: Tensor | None = None, scale: float | None = None, window: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """softmax(q kᵀ / √d) v written out step by step; returns (context, weights).
 
@@ -63,21 +70,23 @@ def explicit_attention(
     (q must then be (B, ..., S, d)), any other mask broadcasts to (..., S, S_kv). `is_causal=True` also hides the
     future: query i sees keys 0..i, counted from the end of the keys when S_kv > S (see `causal_mask`).
     bias: a float tensor added to the scores (ALiBi), broadcasting to (..., S, S_kv); scale: the factor of q kᵀ
-    (default 1/√d). weights: (..., S, S_kv), the probabilities before dropout.
-    A query row with no visible key gets zero weights and a zero context vector (never NaN).
+    (default 1/√d); window (with is_causal): query i sees only the last `window` keys up to its own position.
+    weights: (..., S, S_kv), the probabilities before dropout. A query row with no visible key gets zero weights
+    and a zero context vector (never NaN); non-finite inputs that a query sees make its row non-finite.
     """
-    return _explicit(q, k, v, **check_attention_args(q, k, v, mask, bias, scale, dropout_p, is_causal))
+    return _explicit(q, k, v, **check_attention_args(q, k, v, mask, bias, scale, dropout_p, is_causal, window))
 
 # %% ../notebooks/00_recap.ipynb #c4a1d9e1
 def check_attention_args(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, bias: Tensor | None, scale: float | None,
-    dropout_p: float, is_causal: bool,
+    dropout_p: float, is_causal: bool, window: int | None = None,
 ) -> dict:
     """Check the arguments of an attention function once; returns the keyword arguments of a registered path.
 
     q (..., S, HS), k (..., S_kv, HS), v (..., S_kv, HS_v): floating point, one dtype, one device, leading sizes that
     broadcast. The mask goes through `mask_for_scores` (a 2-D mask is a (B, S_kv) padding mask); a bias must be a
-    float tensor broadcasting to the scores (it comes back in q's dtype); scale None or a number > 0.
+    float tensor broadcasting to the scores (it comes back in q's dtype); scale None or a number > 0; is_causal a
+    bool; window None or a size, with is_causal only (a sliding window is causal).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, Tensor) or not t.is_floating_point() or t.ndim < 2:
@@ -122,77 +131,101 @@ def check_attention_args(
         raise ValueError(f"scale must be a number > 0 (the factor of q kᵀ) or None for 1/√HS, got {scale!r}")
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be True or False, got {is_causal!r}")
+    if window is not None:
+        window = check_size("window", window)
+        if not is_causal:
+            raise ValueError(f"window={window} needs is_causal=True: a sliding window hides the keys older than the last "
+                             "`window` ones, up to each query's own position")
     dropout_p = check_probability("dropout_p", dropout_p)
     return dict(mask=mask, bias=bias, scale=None if scale is None else float(scale), dropout_p=dropout_p,
-                is_causal=is_causal)
+                is_causal=is_causal, window=window)
 
 # %% ../notebooks/02_single_head_forward.ipynb #e36ac620
 def _sdpa(
     q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, bias: Tensor | None, scale: float | None,
-    dropout_p: float, is_causal: bool,
+    dropout_p: float, is_causal: bool, window: int | None = None,
 ) -> tuple[Tensor, None]:
     """`F.scaled_dot_product_attention` on checked inputs, with our causal rule and zero rows; returns (context, None)."""
     S, S_kv = q.size(-2), k.size(-2)
-    if is_causal and S == 1:
+    if is_causal and S == 1 and (window is None or S_kv <= window):
         is_causal = False  # one query at the end of the keys sees every key: nothing to hide
-    if is_causal and (mask is not None or bias is not None or S != S_kv):
+    if is_causal and (mask is not None or bias is not None or S != S_kv or window is not None):
         # SDPA takes a mask or is_causal, not both, and its is_causal aligns S != S_kv at the top left:
-        # fold our causal rule (aligned at the end of the keys) into the mask instead.
-        causal = _lower_triangle(S, S_kv, device=q.device)  # (S, S_kv)
+        # fold our causal rule (aligned at the end of the keys, with its window) into the mask instead.
+        causal = _lower_triangle(S, S_kv, q.device, window)  # (S, S_kv)
         mask = causal if mask is None else mask & causal  # (..., S, S_kv)
         is_causal = False
     if bias is None:
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
-        ), None  # (..., S, HS_v)
-    has_key = None
-    if mask is not None:  # a float mask: -inf where hidden, and a finite row where nothing is visible
-        has_key = mask.any(dim=-1, keepdim=True)  # (..., S, 1)
-        bias = bias.masked_fill(~mask, float("-inf")).masked_fill(~has_key, 0.0)  # (..., S, S_kv)
-    context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)  # (..., S, HS_v)
-    return (context if has_key is None else context.masked_fill(~has_key, 0.0)), None  # zero where nothing is seen
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
+                                                 scale=scale)  # (..., S, HS_v)
+    else:  # a float mask: the bias where visible, -inf where hidden, and a finite row where nothing is visible
+        if mask is not None:
+            bias = bias.masked_fill(~mask, float("-inf")).masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
+    if mask is not None:  # a query that sees no key: exactly zero, even where k or v hold NaN
+        context = context.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return context, None
 
 
 def sdpa_attention(
     q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None, dropout_p: float = 0.0, is_causal: bool = False,
-    *, bias: Tensor | None = None, scale: float | None = None,
+    *, bias: Tensor | None = None, scale: float | None = None, window: int | None = None,
 ) -> Tensor:
     """The computation of `explicit_attention` through `F.scaled_dot_product_attention`; returns the context.
 
     Same arguments, shapes, mask convention (True = may attend; a 2-D mask is a (B, S_kv) padding mask) and causal
-    rule as `explicit_attention`; no weights.
+    rule as `explicit_attention`; no weights. With a mask, a NaN in a key hidden from a query still reaches that
+    query's row (SDPA adds the mask to the scores); a query that sees no key gets zeros.
     """
-    return _sdpa(q, k, v, **check_attention_args(q, k, v, mask, bias, scale, dropout_p, is_causal))[0]
+    return _sdpa(q, k, v, **check_attention_args(q, k, v, mask, bias, scale, dropout_p, is_causal, window))[0]
 
 # %% ../notebooks/02_single_head_forward.ipynb #3a012fa0
 class AttentionImpl(Protocol):
-    """A path of `attend`: `fn(q, k, v, *, mask, bias, scale, dropout_p, is_causal) -> (context, weights or None)`.
+    """A path of `attend`: `fn(q, k, v, *, mask, bias, scale, dropout_p, is_causal[, window])` -> (context, weights or
+    None); `window` only for a path registered with window=True.
 
     It gets checked inputs: q (..., S, HS), k (..., S_kv, HS), v (..., S_kv, HS_v); mask None or bool with the
     scores' rank (True = may attend); bias None or a float tensor in q's dtype broadcasting to the scores; scale None
-    (meaning 1/√HS) or a float; is_causal: query i sees keys 0..S_kv - S + i only. A query that sees no key gets a
-    zero context.
+    (meaning 1/√HS) or a float; is_causal: query i sees keys 0..S_kv - S + i only; window None, or (with is_causal)
+    the number of the latest keys up to its own position that a query sees. A query that sees no key gets a zero
+    context; a non-finite input that a query sees makes its row non-finite.
     """
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, bias: Tensor | None,
-                 scale: float | None, dropout_p: float, is_causal: bool) -> tuple[Tensor, Tensor | None]: ...
+                 scale: float | None, dropout_p: float, is_causal: bool,
+                 window: int | None) -> tuple[Tensor, Tensor | None]: ...
 
 
 _ATTENTION_IMPLS: dict[str, AttentionImpl] = {}
 _WITHOUT_DROPOUT: set[str] = set()  # the paths that refuse attention dropout
 
 
-def register_attention_impl(name: str, fn: AttentionImpl, *, dropout: bool = True) -> None:
+def register_attention_impl(name: str, fn: AttentionImpl, *, dropout: bool = True, window: bool = False) -> None:
     """Make `fn` (see `AttentionImpl`) selectable as `attend(..., impl=name)` and as every layer's `attn_impl`.
 
     dropout=False: the path has no attention dropout, and a call with dropout_p > 0 is refused before it runs.
+    window=True: fn takes the keyword `window` and applies the sliding window itself; otherwise fn is called without
+    it, and a window reaches it as a band ANDed into the mask.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"name must be a non-empty str, got {name!r}")
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    _ATTENTION_IMPLS[name] = fn
+    _ATTENTION_IMPLS[name] = fn if window else _window_in_mask(fn)
     (_WITHOUT_DROPOUT.discard if dropout else _WITHOUT_DROPOUT.add)(name)
+
+
+def _window_in_mask(fn: Callable) -> AttentionImpl:
+    """fn, a path without the keyword `window`, as a path with it: the window becomes a band in the mask."""
+
+    @functools.wraps(fn)
+    def path(q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, window: int | None = None, **kwargs):
+        if window is not None:  # (S, S_kv): the last `window` keys up to each query's own position
+            band = _lower_triangle(q.size(-2), k.size(-2), q.device, window)
+            mask = band if mask is None else mask & band  # (..., S, S_kv)
+        return fn(q, k, v, mask=mask, **kwargs)
+
+    return path
 
 
 def attention_impls() -> tuple[str, ...]:
@@ -230,21 +263,22 @@ def attention_impl(name: str, dropout_p: float = 0.0) -> AttentionImpl:
     return _ATTENTION_IMPLS[check_attn_impl(name)]
 
 
-register_attention_impl("sdpa", _sdpa)
-register_attention_impl("explicit", _explicit)
+register_attention_impl("sdpa", _sdpa, window=True)
+register_attention_impl("explicit", _explicit, window=True)
 
 # %% ../notebooks/02_single_head_forward.ipynb #b93addb7
 def attend(
     q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None = None, bias: Tensor | None = None,
-    scale: float | None = None, dropout_p: float = 0.0, is_causal: bool = False, impl: str = "sdpa",
+    scale: float | None = None, dropout_p: float = 0.0, is_causal: bool = False, window: int | None = None,
+    impl: str = "sdpa",
 ) -> tuple[Tensor, Tensor | None]:
     """Run attention on the path named `impl`; returns (context (..., S, HS_v), weights (..., S, S_kv) or None).
 
     q: (..., S, HS), k: (..., S_kv, HS), v: (..., S_kv, HS_v); mask: bool, True = may attend, a (B, S_kv) padding
     mask (q then (B, ..., S, HS)) or a mask broadcasting to (..., S, S_kv); bias: a float tensor added to the scores;
     scale: the factor of q kᵀ (default 1/√HS). `is_causal=True` lets query i see keys 0..S_kv - S + i only, on top
-    of `mask`. "sdpa" (default) calls `F.scaled_dot_product_attention` and returns no weights; "explicit" returns
+    of `mask`, and `window` (with is_causal) only the last `window` of those. "sdpa" (default) calls `F.scaled_dot_product_attention` and returns no weights; "explicit" returns
     them; `attention_impls()` lists every path. The arguments are checked once, here.
     """
     fn = attention_impl(impl, check_probability("dropout_p", dropout_p))
-    return fn(q, k, v, **check_attention_args(q, k, v, mask, bias, scale, dropout_p, is_causal))
+    return fn(q, k, v, **check_attention_args(q, k, v, mask, bias, scale, dropout_p, is_causal, window))

@@ -16,7 +16,6 @@ from .caches import Cache, SlidingWindowCache
 from .causal import CausalAttention
 from .checks import check_size
 from .hf_interop import hf_attention_kwargs, hf_projections, load_hf_attention
-from .masks import sliding_window_mask
 from .positions import alibi_bias, alibi_slopes, apply_rope, default_positions, rope_cos_sin
 
 # %% auto #0
@@ -73,18 +72,10 @@ class GroupedQueryAttention(CausalAttention):
             k = apply_rope(k, cos[:, None], sin[:, None])  # (B, NKV, S, HS)
         return q, k, v
 
-    def _mask_and_bias(
-        self, mask: Tensor | None, q_len: int, kv_len: int, dtype: torch.dtype
-    ) -> tuple[Tensor | None, Tensor | None]:
-        """The reader's mask (None or broadcasting to (B, NH, S, S_kv)) ANDed with the window's band, and ALiBi's bias
-        (1, NH, S, S_kv) or None, for S = q_len queries at the end of S_kv = kv_len keys."""
-        if self.window is not None and (q_len > 1 or kv_len > self.window):
-            band = sliding_window_mask(q_len, kv_len, self.window, device=self.Wo.weight.device)[None]  # (1, 1, S, S_kv)
-            mask = band if mask is None else mask & band  # broadcasting to (B, NH, S, S_kv)
-        bias = None
-        if self.alibi:
-            bias = alibi_bias(self.slopes.to(dtype), q_len, kv_len)[None]  # (1, NH, S, S_kv)
-        return mask, bias
+    def _bias(self, q_len: int, kv_len: int, dtype: torch.dtype) -> Tensor | None:
+        """ALiBi's bias (1, NH, S, S_kv) for S = q_len queries at the end of S_kv = kv_len keys, or None. (The window
+        needs no mask here: `attend` takes it with the causal rule, and each path applies it its own way.)"""
+        return alibi_bias(self.slopes.to(dtype), q_len, kv_len)[None] if self.alibi else None
 
     def _empty_cache(self, batch_size: int, max_length: int, dtype: torch.dtype, device: torch.device) -> Cache:
         """A `SlidingWindowCache` of `window` tokens when the window is shorter than `max_length`, else a `KVCache`."""

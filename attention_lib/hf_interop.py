@@ -78,6 +78,11 @@ def hf_attention_kwargs(attn: nn.Module) -> dict:
         return dict(hidden_size=attn.hidden_size, num_heads=attn.num_heads, num_kv_heads=attn.num_kv_heads,
                     bias=attn.query_key_value.bias is not None, rope_theta=_hf_rope_theta(attn.config),
                     attn_drop=0.0)  # with RoPE, FalconAttention drops nothing (its attention_dropout acts with ALiBi)
+    if attn.pretraining_tp > 1 and attn.slow_but_exact:
+        raise ValueError(
+            f"BloomAttention with pretraining_tp={attn.pretraining_tp} and slow_but_exact=True leaves dense.bias out of "
+            "its output projection: not reproduced here (set config.slow_but_exact=False, the default)"
+        )
     return dict(hidden_size=attn.hidden_size, num_heads=attn.num_heads, num_kv_heads=attn.num_heads, bias=True,
                 alibi=True, attn_drop=attn.attention_dropout.p, out_drop=attn.hidden_dropout)  # BloomAttention
 

@@ -31,9 +31,13 @@ def padding_mask(lengths: Sequence[int] | Tensor, seq_len: int | None = None, le
     return positions[None, :] < lengths[:, None]  # (B, S): the first lengths[b] positions
 
 # %% ../notebooks/00_recap.ipynb #5321f395
-def _lower_triangle(q_len: int, kv_len: int, device: torch.device | str | None = None) -> Tensor:
-    """(S, S_kv) bool, True where j <= i + (S_kv - S): the causal rule, aligned at the end of the keys."""
-    return torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(diagonal=kv_len - q_len)  # (S, S_kv)
+def _lower_triangle(
+    q_len: int, kv_len: int, device: torch.device | str | None = None, window: int | None = None
+) -> Tensor:
+    """(S, S_kv) bool, True where j <= i + (S_kv - S): the causal rule, aligned at the end of the keys; with a
+    window, also j > i + (S_kv - S) - window, the band of the last `window` keys."""
+    visible = torch.ones(q_len, kv_len, dtype=torch.bool, device=device).tril(diagonal=kv_len - q_len)  # (S, S_kv)
+    return visible if window is None else visible.triu(diagonal=kv_len - q_len - window + 1)  # (S, S_kv)
 
 
 def causal_mask(q_len: int, kv_len: int | None = None, device: torch.device | str | None = None) -> Tensor:
@@ -128,7 +132,4 @@ def sliding_window_mask(
     """
     q_len = check_size("q_len", q_len)
     kv_len = q_len if kv_len is None else check_size("kv_len", kv_len)
-    window = check_size("window", window)
-    i = torch.arange(kv_len - q_len, kv_len, device=device)[:, None]  # (S, 1)
-    j = torch.arange(kv_len, device=device)[None, :]  # (1, S_kv)
-    return ((j <= i) & (j > i - window))[None]  # (1, S, S_kv)
+    return _lower_triangle(q_len, kv_len, device, check_size("window", window))[None]  # (1, S, S_kv)

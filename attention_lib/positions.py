@@ -47,8 +47,11 @@ def rope_cos_sin(
     """cos and sin of the rotary angles for `positions` (..., S): each (..., S, HS), in the halves layout.
 
     Plane i (features i and i + HS/2) turns by position * theta^(-2i/HS). The angles are computed in float32
-    (float64 for a float64 `dtype`), then cast to `dtype`.
+    (float64 for a float64 `dtype`), then cast to `dtype`. The head size must be even: RoPE turns planes of two
+    features.
     """
+    if check_size("head_size", head_size) % 2:
+        raise ValueError(f"head_size must be even (RoPE turns planes of 2 features), got {head_size}")
     work = torch.float64 if dtype == torch.float64 else torch.float32
     exponents = torch.arange(0, head_size, 2, device=positions.device, dtype=work) / head_size  # (HS/2,)
     inv_freq = 1.0 / theta**exponents  # (HS/2,): theta_i

@@ -269,3 +269,71 @@ def test_a_registered_path_with_dropout_false_is_refused_before_any_work():
     finally:
         functional_module._ATTENTION_IMPLS.pop("test-no-dropout")
         functional_module._WITHOUT_DROPOUT.discard("test-no-dropout")
+
+
+# --- steps that broadcast, steps of no token, inference mode -------------------------------------------------------
+
+BROADCAST_MASKS = {  # masks prepare_mask accepts that broadcast over the keys: all True, so they hide nothing
+    "a scalar": lambda B, S, total: torch.tensor(True),
+    "(1, 1, 1, 1)": lambda B, S, total: torch.ones(1, 1, 1, 1, dtype=torch.bool),
+    "(B, 1, S_new, 1)": lambda B, S, total: torch.ones(B, 1, S, 1, dtype=torch.bool),
+    "(B, S_total)": lambda B, S, total: torch.ones(B, total, dtype=torch.bool),
+}
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(opts=options, steps=st.lists(st.sampled_from([0, 1, 2]), min_size=1, max_size=6),
+       mask=st.sampled_from(sorted(BROADCAST_MASKS)), impl=st.sampled_from(["sdpa", "explicit", "tiled"]))
+def test_masks_that_broadcast_over_the_keys_and_calls_of_no_token_are_steps_like_any_other(opts, steps, mask, impl):
+    """A rolling cache sliced a mask's size-1 key axis to 0 and wrote before failing; a call of no token shortened it.
+    Here any step of 0, 1 or 2 tokens, with any of these masks, gives the full forward's rows, and a step of no token
+    leaves the cache as it was."""
+    layer, x, context = prepare(opts)
+    layer.attn_impl = impl
+    B = x.shape[0]
+    cache, outs, t = layer.new_cache(B), [], 0
+    with torch.no_grad():
+        full = call(layer, x, context=context)  # (B, S, C)
+        for n in [2] + steps:
+            n = min(n, x.shape[1] - t)
+            before = snapshot(cache)
+            out = call(layer, x[:, t : t + n], BROADCAST_MASKS[mask](B, n, t + n), cache, context=context)
+            assert out.shape == (B, n, C)
+            if n == 0:
+                assert same(cache, before), "a call of no token changed the cache"
+            outs.append(out)
+            t += n
+    assert cache.seen == t
+    torch.testing.assert_close(torch.cat(outs, dim=1), full[:, :t], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS + ["rolling"])
+def test_a_cache_made_in_inference_mode_is_refused_outside_it_and_kept_whole(kind):
+    """torch writes an inference tensor outside inference mode and only then raises: the cache refuses first."""
+    layer = make("grouped", window=3) if kind == "rolling" else make(kind)
+    x, context = torch.randn(2, 6, C), torch.randn(2, 5, 6)
+    with torch.inference_mode():
+        cache = layer.new_cache(2)
+        call(layer, x[:, :4], cache=cache, context=context)
+    before = snapshot(cache)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="made under torch.inference_mode"):
+        call(layer, x[:, 4:5], cache=cache, context=context)
+    assert same(cache, before)
+    with torch.inference_mode():
+        step = call(layer, x[:, 4:6], cache=cache, context=context)
+        full = call(layer, x, context=context)
+    torch.testing.assert_close(step, full[:, 4:6], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS + ["rolling"])
+def test_a_cache_filled_in_inference_mode_then_written_under_no_grad_keeps_every_token(kind):
+    layer = make("grouped", window=3) if kind == "rolling" else make(kind)
+    x, context = torch.randn(2, 6, C), torch.randn(2, 5, 6)
+    cache = layer.new_cache(2)  # made outside inference mode: writable in both
+    with torch.inference_mode():
+        call(layer, x[:, :4], cache=cache, context=context)
+    with torch.no_grad():
+        step = call(layer, x[:, 4:6], cache=cache, context=context)
+        full = call(layer, x, context=context)
+    assert cache.seen == 6
+    torch.testing.assert_close(step, full[:, 4:6], atol=1e-5, rtol=1e-5)

@@ -32,8 +32,12 @@ from attention_lib import (
     attention_impls,
     causal_mask,
     explicit_attention,
+    kv_cache_bytes,
+    masked_softmax,
     padding_mask,
+    rope_cos_sin,
     sdpa_attention,
+    tiled_attention,
 )
 
 
@@ -370,6 +374,13 @@ def test_functions_refuse_bad_arguments(data):
                 lambda v: KVCache(v, 2, 4, 8),
                 lambda v: CausalAttention(8, 2, 8).new_cache(v),
                 lambda v: CausalAttention(8, 2, 8).new_cache(2, max_length=v),
+                lambda v: masked_softmax(torch.randn(2, 3), v),
+                lambda v: attend(q, q, q, is_causal=True, window=v),
+                lambda v: rope_cos_sin(torch.arange(3), v),
+                lambda v: kv_cache_bytes(v, 2, 2, 4),
+                lambda v: kv_cache_bytes(10, v, 2, 4),
+                lambda v: kv_cache_bytes(10, 2, 2, 4, window=v),
+                lambda v: filled_cache().crop(v),
             ]
         ),
         label="call",
@@ -385,8 +396,68 @@ def test_functions_refuse_bad_arguments(data):
         call(value)
     except (TypeError, ValueError) as err:
         assert raised_by_package(err), f"{type(err).__name__} raised outside the package: {err}"
-    else:  # None is valid where the argument is optional (a mask, seq_len, kv_len, max_length): nothing else is
+    else:  # None is valid where the argument is optional (a mask, seq_len, kv_len, max_length, window): nothing else
         assert value is None
+
+
+def filled_cache() -> KVCache:
+    cache = KVCache(1, 2, 4, 8)
+    cache.append(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
+    return cache
+
+
+def test_integers_of_numpy_are_counts_and_lengths_too():
+    cache = filled_cache()
+    cache.crop(np.int64(2))
+    assert len(cache) == cache.seen == 2 and type(len(cache)) is int
+    assert kv_cache_bytes(np.int64(10), np.int32(2), 2, 4) == kv_cache_bytes(10, 2, 2, 4) == 2 * 10 * 2 * 2 * 4 * 2
+    assert kv_cache_bytes(0, 2, 2, 4) == 0  # no token, no bytes
+
+
+def test_rotary_angles_refuse_an_odd_head_size():
+    with pytest.raises(ValueError, match="head_size must be even"):
+        rope_cos_sin(torch.arange(3), 5)  # HS + 1 columns, silently, before
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "explicit", "tiled"])
+def test_every_path_takes_booleans_only_for_is_causal(impl):
+    q = torch.randn(1, 2, 4, 8)
+    for bad in ("no", 1, None, torch.tensor(True)):
+        with pytest.raises(TypeError, match="is_causal must be True or False"):
+            attend(q, q, q, is_causal=bad, impl=impl)
+    with pytest.raises(TypeError, match="is_causal must be True or False"):
+        tiled_attention(q, q, q, is_causal="no")  # ran causal, before
+    with pytest.raises(ValueError, match="window=2 needs is_causal=True"):
+        attend(q, q, q, window=2, impl=impl)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "explicit", "tiled"])
+def test_a_mask_of_higher_rank_than_the_scores_is_refused_on_every_path(impl):
+    """Single-head q (B, S, HS) has (B, S, S_kv) scores: a 4-D mask would broadcast them to (B, B, S, S_kv)."""
+    q, k = torch.randn(2, 4, 8), torch.randn(2, 5, 8)
+    for mask in (torch.ones(2, 1, 1, 5, dtype=torch.bool), torch.ones(1, 1, 4, 5, dtype=torch.bool)):
+        expect_clear_error(lambda mask=mask: attend(q, k, k, mask=mask, impl=impl))
+        with pytest.raises(ValueError, match=r"got \(\d, 1, \d, 5\)"):
+            attend(q, k, k, mask=mask, impl=impl)
+    expect_clear_error(lambda: explicit_attention(q, k, k, torch.ones(2, 1, 1, 5, dtype=torch.bool)))
+    expect_clear_error(lambda: tiled_attention(q, k, k, torch.ones(2, 1, 1, 5, dtype=torch.bool)))
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "explicit", "tiled"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_call_of_no_token_returns_no_token(kind, impl):
+    """S = 0 is an empty batch of queries, not an error: (B, 0, C) out, and (B, NH, 0, S_kv) weights."""
+    layer = make_any(kind).eval()
+    for module in layer.modules():
+        if hasattr(module, "attn_impl") and not isinstance(module, SingleHeadAttention):
+            module.attn_impl = impl
+    with torch.no_grad():
+        out = run_any(layer, torch.randn(2, 0, 8), context=torch.randn(2, 3, 6))
+    assert out.shape == (2, 0, 8)
+    if kind in ("cross", "block"):  # and a context of no token: every query is blind, so zeros
+        with torch.no_grad():
+            out = run_any(layer, torch.randn(2, 3, 8), context=torch.randn(2, 0, 6))
+        assert out.shape == (2, 3, 8) and torch.isfinite(out).all()
 
 
 # --- the hostile cases one by one ------------------------------------------------------------------------------------
@@ -470,3 +541,14 @@ def test_decode_compiles_with_fullgraph_and_matches_eager():
                 decode(x[:, start:stop], cache), layer.decode(x[:, start:stop], eager_cache), atol=1e-5, rtol=1e-5
             )
     assert len(cache) == len(eager_cache) == 6
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "explicit", "tiled"])
+def test_a_bias_that_does_not_broadcast_and_an_integer_mask_get_the_packages_words(impl):
+    q = torch.randn(2, 3, 4, 8)
+    expect_clear_error(lambda: attend(q, q, q, bias=torch.randn(7, 7), impl=impl))
+    with pytest.raises(ValueError, match=r"bias must broadcast to the scores \(2, 3, 4, 4\), got \(7, 7\)"):
+        attend(q, q, q, bias=torch.randn(7, 7), impl=impl)
+    for mask in (torch.ones(4, 4, dtype=torch.int64), torch.ones(4, 4), [[True] * 4] * 4):
+        with pytest.raises(TypeError, match="mask must be a bool tensor, True = may attend"):
+            masked_softmax(torch.randn(4, 4), mask)

@@ -10,8 +10,6 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from reference import attention64
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 import attention_lib.efficient as efficient
 from attention_lib import BidirectionalAttention, CausalAttention, CrossAttention, SingleHeadAttention, attend
@@ -24,6 +22,7 @@ from attention_lib.efficient import (
 )
 from attention_lib.functional import attention_impls, explicit_attention, sdpa_attention
 from attention_lib.masks import causal_mask, padding_mask
+from attention_lib.tools.memory import LargestBuffer
 
 
 def reference(q, k, v, visible):
@@ -35,12 +34,12 @@ PACKAGE = Path(efficient.__file__).resolve().parent
 CUDA = [pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))]
 
 
-def full_visibility(S, S_kv, mask=None, is_causal=False):
+def full_visibility(S, S_kv, mask=None, is_causal=False, window=None):
     """The (..., S, S_kv) bool mask the three paths should apply, built from the definitions."""
     visible = torch.ones(S, S_kv, dtype=torch.bool)
     if is_causal:
-        i, j = torch.arange(S)[:, None], torch.arange(S_kv)[None, :]
-        visible = visible & (j <= i + S_kv - S)  # query i sits at position S_kv - S + i
+        i, j = torch.arange(S)[:, None] + S_kv - S, torch.arange(S_kv)[None, :]  # query i sits at position S_kv - S + i
+        visible = visible & (j <= i) & (j > i - (window or S_kv + 1))
     return visible if mask is None else visible & mask
 
 
@@ -252,22 +251,6 @@ def test_any_number_of_leading_axes_and_a_value_size_of_its_own(lead):
 # --- O(S) memory and the skipped tiles ----------------------------------------------------------------------------
 
 
-class LargestBuffer(TorchDispatchMode):
-    """The largest buffer any operation allocated while active (views of inputs are not new memory)."""
-
-    def __init__(self):
-        super().__init__()
-        self.nbytes = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        inputs = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in inputs:
-                self.nbytes = max(self.nbytes, t.untyped_storage().nbytes())
-        return out
-
-
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("is_causal", [False, True])
 def test_no_buffer_grows_with_s_times_s_kv(is_causal, dtype):
@@ -284,20 +267,39 @@ def test_no_buffer_grows_with_s_times_s_kv(is_causal, dtype):
     assert explicit.nbytes >= B * NH * S * S * q.element_size()  # the explicit path does store S x S_kv
 
 
-@pytest.mark.parametrize("S,S_kv,block_size", [(8, 8, 2), (4, 10, 3), (10, 4, 3)])
-def test_causal_skips_the_tiles_above_the_diagonal(monkeypatch, S, S_kv, block_size):
+def test_a_sliding_window_on_the_tiled_path_allocates_nothing_that_grows_with_s_squared():
+    """GroupedQueryAttention(window=128, attn_impl="tiled") built a dense (B, 1, S, S) band: 16 MiB at B = 4,
+    S = 2048, four times that at 4096. The window now goes to the tiles as index arithmetic: doubling S may double
+    the largest buffer (the projections), never quadruple it."""
+    from attention_lib import GroupedQueryAttention
+
+    torch.manual_seed(0)
+    layer = GroupedQueryAttention(64, 4, 2, 4096, window=128, attn_impl="tiled")
+    largest = {}
+    for S in (2048, 4096):
+        x = torch.randn(4, S, 64, requires_grad=True)  # (B, S, C)
+        with LargestBuffer() as buffers:
+            layer(x).sum().backward()  # forward and backward, the training step's memory
+        largest[S] = buffers.nbytes
+        assert buffers.nbytes < 4 * S * S // 2, buffers.shape  # far below a (B, 1, S, S) bool band
+    assert largest[4096] < 3 * largest[2048], largest
+
+
+@pytest.mark.parametrize("window", [None, 1, 3, 5])
+@pytest.mark.parametrize("S,S_kv,block_size", [(8, 8, 2), (4, 10, 3), (10, 4, 3), (16, 16, 4)])
+def test_causal_skips_the_tiles_above_the_diagonal_and_outside_the_window(monkeypatch, S, S_kv, block_size, window):
     computed = []
     real_tile_mask = efficient.tile_mask
 
-    def spy(mask, causal_offset, i0, i1, j0, j1, device):
+    def spy(mask, causal_offset, i0, i1, j0, j1, device, window=None):
         computed.append((i0, j0))
-        return real_tile_mask(mask, causal_offset, i0, i1, j0, j1, device)
+        return real_tile_mask(mask, causal_offset, i0, i1, j0, j1, device, window)
 
     monkeypatch.setattr(efficient, "tile_mask", spy)
     q, k, v = qkv(1, 1, S, S_kv, 4)
     with torch.no_grad():
-        tiled_forward(q, k, v, None, True, block_size)
-    visible = full_visibility(S, S_kv, is_causal=True)
+        out, lse = tiled_forward(q, k, v, None, True, block_size, window=window)
+    visible = full_visibility(S, S_kv, is_causal=True, window=window)
     needed = {
         (i0, j0)
         for i0 in range(0, S, block_size)
@@ -305,9 +307,9 @@ def test_causal_skips_the_tiles_above_the_diagonal(monkeypatch, S, S_kv, block_s
         if visible[i0 : i0 + block_size, j0 : j0 + block_size].any()
     }
     assert sorted(computed) == sorted(needed)  # every tile with a visible pair, once; none other
-    out, lse = tiled_forward(q.detach(), k.detach(), v.detach(), None, True, block_size)
+    torch.testing.assert_close(out, reference(q, k, v, visible).float())
     computed.clear()
-    tiled_backward(q.detach(), k.detach(), v.detach(), out, lse, torch.ones_like(out), None, True, block_size)
+    tiled_backward(q, k, v, out, lse, torch.ones_like(out), None, True, block_size, window=window)
     assert set(computed) == needed and len(computed) == len(needed)  # the backward visits the same tiles
 
 

@@ -772,6 +772,11 @@ def test_hf_loaders_refuse_what_they_cannot_reproduce():
         load_hf_attention(GroupedQueryAttention(16, 2, 1, 8, bias=True), bloom)
     with pytest.raises(ValueError, match="bias"):
         load_hf_attention(GroupedQueryAttention(16, 2, 2, 8, bias=False), bloom)
+    exact = BloomConfig(hidden_size=16, n_head=2, n_layer=1, vocab_size=10, pretraining_tp=2, slow_but_exact=True)
+    with pytest.raises(ValueError, match="slow_but_exact=True leaves dense.bias out"):  # HF's slow path drops it
+        GroupedQueryAttention.from_hf(BloomAttention(exact, layer_idx=0), context_size=8)
+    fast = BloomConfig(hidden_size=16, n_head=2, n_layer=1, vocab_size=10, pretraining_tp=2, slow_but_exact=False)
+    assert GroupedQueryAttention.from_hf(BloomAttention(fast, layer_idx=0), context_size=8).alibi
 
 
 # ---------------------------------------------------------------------------------------------- the explorer

@@ -4,6 +4,7 @@ under 7.7.1 too."""
 
 from __future__ import annotations
 
+import html
 import math
 import re
 
@@ -11,8 +12,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
 from attention_lib import GroupedQueryAttention, causal_mask, padding_mask
@@ -269,8 +273,9 @@ def test_score_temperature_divides_scores_exactly(T):
         _, w = layer(x, mask=mask, return_weights=True)  # (B, NH, S, S_kv)
     assert torch.allclose(w[0], hand_weights(layer, x[0], x[0], mask[0].expand(4, 4), T), atol=1e-6)
     assert not layer.Wqkv._forward_hooks  # the hook is gone after the block
-    with pytest.raises(ValueError, match="temperature must be > 0"), score_temperature(layer, 0.0):
-        pass
+    for bad in (0.0, -1.0, float("nan"), float("inf"), True, "2"):
+        with pytest.raises(ValueError, match="temperature must be a finite number > 0"), score_temperature(layer, bad):
+            pass
 
 
 def test_a_registered_kind_is_shown_by_attention_view_and_the_explorer():
@@ -761,3 +766,114 @@ def test_the_new_kinds_run_seeded_default_layers():
         assert explore_attention(kinds=("mine",), hidden_size=8, num_heads=2).layers["mine"].Wqkv.bias is None
     finally:
         del KINDS["mine"]
+
+
+# ---------------------------------------------------------------- weights that change, numbers that cannot be drawn
+
+
+def test_the_explorer_shows_the_layers_weights_as_they_are_now():
+    """Views were cached by the controls only: after a training step the explorer showed the old picture."""
+    layer = BidirectionalAttention(16, 2)
+    ex = explore_attention(layer, kinds=("bidirectional",), tokens="the cat sat on")
+    try:
+        before = ex.compute().weights.clone()
+        assert torch.equal(ex.compute().weights, before)  # nothing changed: the same view
+        optimizer = torch.optim.SGD(layer.parameters(), lr=5.0)
+        layer(word_vectors("the cat sat on".split(), 16)[None]).pow(2).sum().backward()
+        optimizer.step()  # in place: the parameters' version counters move
+        with torch.no_grad():
+            _, expected = layer(word_vectors("the cat sat on".split(), 16)[None], return_weights=True)
+        torch.testing.assert_close(ex.compute().weights, expected[0])
+        assert not torch.equal(ex.compute().weights, before)
+        layer.load_state_dict(BidirectionalAttention(16, 2).state_dict())  # a checkpoint, loaded in place
+        with torch.no_grad():
+            _, expected = layer(word_vectors("the cat sat on".split(), 16)[None], return_weights=True)
+        ex.redraw()
+        torch.testing.assert_close(ex.compute().weights, expected[0])
+    finally:
+        ex.close()
+
+
+@pytest.mark.parametrize("T", [math.nan, math.inf, 0.0, -2.0])
+def test_a_temperature_that_is_not_a_finite_positive_number_is_refused_in_words(T):
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+        explore_attention(hidden_size=8, num_heads=2, temperature=T)
+
+
+def test_a_kind_that_returns_a_mask_of_the_wrong_shape_gets_a_message_in_every_view():
+    def short(layer, x, context, keys):  # a (S, 2) mask for S keys
+        return keys.expand(x.shape[1], -1)[:, :2], layer(x, mask=keys, return_weights=True)[1]
+
+    register_kind("short mask", short)
+    try:
+        with pytest.raises(InputError, match=r"returned a mask of torch.bool \(4, 2\).*\(S, S_kv\) = \(4, 4\)"):
+            attention_view(BidirectionalAttention(8, 2), "short mask", "a b c d")
+        ex = explore_attention(hidden_size=8, num_heads=2, kinds=("short mask",), tokens="a b c d")
+        for view in ("weights", "lines", "all heads", "compare"):
+            ex.set(view=view)
+            assert "returned a mask of torch.bool (4, 2)" in html.unescape(ex.message.value), view
+        ex.close()
+    finally:
+        del KINDS["short mask"]
+
+
+def test_a_shared_norm_below_the_data_takes_the_ends_of_the_colormap():
+    w = torch.tensor([[0.2, 0.8], [0.5, 0.5]])  # (S, S_kv)
+    low = Normalize(0.0, 0.1)  # tops out below every weight
+    ax = plot_weights(w, norm=low)  # raised IndexError: a text colour looked up past the colormap's end
+    plt.close(ax.figure)
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    assert "<svg" in table_svg([("w", w, mask)], ["a", "b"], ["c", "d"], low)
+    assert "<svg" in lines_svg(w, mask, ["a", "b"], ["c", "d"], low)
+    assert set(hex_colours(w, low)) == {hex_colours(torch.tensor([0.1]), low)[0]}  # the top colour, for all
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_weights_that_are_not_finite_are_refused_in_the_packages_words(bad):
+    w = torch.tensor([[0.2, 0.8], [0.5, bad]])
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    words = "weights contain NaN or inf"
+    for draw in (lambda: weights_norm(w), lambda: plot_weights(w), lambda: table_svg([("w", w, mask)], "ab", "cd",
+                 Normalize(0, 1)), lambda: lines_svg(w, mask, "ab", "cd", Normalize(0, 1)),
+                 lambda: heads_svg(w[None], mask, "ab", "cd", Normalize(0, 1))):
+        with pytest.raises(ValueError, match=words):
+            draw()
+    plt.close("all")
+
+
+GOOD_STEPS = [dict(kind="causal"), dict(kind="cross"), dict(kind="bidirectional"), dict(tokens="a b c"),
+              dict(tokens=SENTENCE), dict(pad=2), dict(pad_side="left"), dict(head=3), dict(view="lines"),
+              dict(temperature=2.0)]
+REFUSED_SETS = [dict(pad=2, head=99), dict(tokens="a b c", layer=5), dict(kind="nope"), dict(view="bars"),
+                dict(temperature=math.nan), dict(pad=1, temperature=0.3), dict(tokens="x y", pad=50),
+                dict(head=1, pad_side="up"), dict(colour="red")]
+REFUSED_COMPUTES = [dict(head=99), dict(layer=3), dict(tokens="a " * 40), dict(temperature=-1.0),
+                    dict(temperature=math.nan), dict(pad_side="up"), dict(pad=-1), dict(colour="red"),
+                    dict(kind="cross", context_tokens="")]
+
+
+def explorer_state(ex: AttentionExplorer) -> tuple:
+    """What a reader sees and what the explorer remembers: controls, ranges, picture, message, views kept."""
+    ranges = tuple((n, tuple(getattr(c, "options", ())), getattr(c, "max", None), c.layout.display)
+                   for n, c in ex.controls.items())
+    return ({n: c.value for n, c in ex.controls.items()}, ranges, ex.renders, ex.picture.value, ex.message.value,
+            ex._run.cache_info().currsize)
+
+
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.tuples(st.sampled_from(range(len(GOOD_STEPS))), st.sampled_from(range(len(REFUSED_SETS))),
+                                st.sampled_from(range(len(REFUSED_COMPUTES)))), min_size=1, max_size=4))
+def test_a_refused_call_leaves_the_explorer_as_it_was(explorer, steps):
+    """`set` was not all or nothing (the values before a refused one stayed), and a head out of range was refused only
+    after its view had been computed and remembered. Any refused `set` or `compute` now changes nothing."""
+    reset(explorer)
+    for good, bad_set, bad_compute in steps:
+        explorer.set(**GOOD_STEPS[good])
+        before = explorer_state(explorer)
+        with pytest.raises((ValueError, TypeError)):
+            explorer.set(**REFUSED_SETS[bad_set])
+        assert explorer_state(explorer) == before, REFUSED_SETS[bad_set]
+        with pytest.raises((ValueError, TypeError)):
+            explorer.compute(**REFUSED_COMPUTES[bad_compute])
+        assert explorer_state(explorer) == before, REFUSED_COMPUTES[bad_compute]

@@ -16,7 +16,15 @@ from ..bidirectional import BidirectionalAttention
 from .plots import plot_heads, plot_view
 from .style import BIAS_LABEL, shows_mask, weights_norm
 from .svg import CSS, heads_svg, lines_svg, table_svg
-from .views import KINDS, AttentionView, InputError, _is_causal_layer, _step, attention_view
+from attention_lib.viz.views import (
+    KINDS,
+    AttentionView,
+    InputError,
+    _is_causal_layer,
+    _step,
+    attention_view,
+    check_temperature,
+)
 
 VIEWS = ("weights", "all heads", "lines", "compare")
 TEMPERATURES = (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 10.0)
@@ -55,6 +63,7 @@ def _controls(kinds: Sequence[str], kind: str, view: str, tokens: str, context: 
     def choice(name: str) -> widgets.Dropdown:
         return widgets.Dropdown(options=[("0", 0)], value=0, description=name, **look("160px"))
 
+    temperature = check_temperature(temperature)  # before a slider gets it: NaN would break its options
     lazy = {"continuous_update": False}  # no redraw on the way while dragging or typing
     return {
         "kind": widgets.Dropdown(options=list(kinds), value=kind, description="kind", **look("240px")),
@@ -140,22 +149,31 @@ class _Controls:
 
     def set(self, **values) -> AttentionView | None:
         """Set several controls with one redraw, e.g. `explorer.set(kind="causal", pad=2)`; a value its control cannot
-        take raises ValueError. Returns the view shown (None if the input cannot be shown: see the message)."""
+        take raises ValueError and leaves every control as it was. Returns the view shown (None if the input cannot be
+        shown: see the message)."""
         self._known(values)
+        before = {name: control.value for name, control in self.controls.items()}
         self._quiet = True
         try:
-            for name in (n for n in ORDER if n in values):
-                self._sync()  # the ranges follow what is set so far: the padding's follows the tokens
-                try:
-                    self.controls[name].value = values[name]
-                except Exception:  # traitlets refuses a value that is not one of the options
-                    raise ValueError(f"{name}={values[name]!r} is not available here") from None
-                if self.controls[name].value != values[name]:  # a slider clamps silently; say so instead
-                    raise ValueError(f"{name}={values[name]!r} is outside its range here (it became {self.controls[name].value!r})")
-            self._sync()
+            self._assign(values)
+        except ValueError:
+            self._assign(before)  # all or nothing: the values set before the refused one are undone
+            raise
         finally:
             self._quiet = False
         return self.redraw()
+
+    def _assign(self, values: dict) -> None:
+        """Set the controls in ORDER, each range following those set before it; ValueError at the first refused."""
+        for name in (n for n in ORDER if n in values):
+            self._sync()  # the ranges follow what is set so far: the padding's follows the tokens
+            try:
+                self.controls[name].value = values[name]
+            except Exception:  # traitlets refuses a value that is not one of the options
+                raise ValueError(f"{name}={values[name]!r} is not available here") from None
+            if self.controls[name].value != values[name]:  # a slider clamps silently; say so instead
+                raise ValueError(f"{name}={values[name]!r} is outside its range here (it became {self.controls[name].value!r})")
+        self._sync()
 
 # %% ../../notebooks/06_visualisation.ipynb #83ecc790
 class _Pictures:
@@ -223,6 +241,13 @@ class _Display:
         self.picture.value = f'<div class="attn-picture{" attn-stale" * (body is None)}" {data}>{CSS}{self._body}</div>'
 
 # %% ../../notebooks/06_visualisation.ipynb #d4431daa
+def _weights_state(layer: nn.Module) -> tuple:
+    """What changes when the layer's numbers change: each parameter's and buffer's identity and version counter
+    (an optimizer step or `load_state_dict` writes in place and bumps the version), and the train/eval mode."""
+    tensors = (*layer.parameters(), *layer.buffers())
+    return (layer.training, *((id(t), t._version) for t in tensors))
+
+
 class _Computing:
     """The numbers behind the pictures: the view for given control values, each input computed once."""
 
@@ -233,26 +258,31 @@ class _Computing:
         return self._view({name: c.value for name, c in self.controls.items()} | overrides)
 
     def _view(self, values: dict, layer: str = "layer", head: str = "head") -> AttentionView:
+        """The view of these control values; every value is checked before anything is computed or remembered."""
         kind, index = KINDS[values["kind"]], values[layer]
         if not 0 <= index < len(self.stacks[kind.name]):
             raise ValueError(f"{layer} must lie in [0, {len(self.stacks[kind.name])}), got {index}")
+        NH = getattr(self.stacks[kind.name][index], "num_heads", 1)
+        if not 0 <= values[head] < NH:
+            raise ValueError(f"{head} must lie in [0, NH={NH}), got {values[head]}")
         queries = self._tokens(values["tokens"], "tokens")
         keys = self._tokens(values["context_tokens"], "context") if kind.cross else queries
         if max(len(queries), len(keys) + values["pad"]) > self.max_len:
             raise InputError(f"{len(keys)} tokens and {values['pad']} padding: this explorer shows at most "
                              f"max_len = {self.max_len}")
-        view = self._run(kind.name, index, tuple(queries), tuple(keys) if kind.cross else (), values["pad"],
-                         values["pad_side"], values["temperature"])
-        if not 0 <= values[head] < len(view.weights):
-            raise ValueError(f"{head} must lie in [0, NH={len(view.weights)}), got {values[head]}")
+        T = check_temperature(values["temperature"])
+        view = self._run(kind.name, index, _weights_state(self.stacks[kind.name][index]), tuple(queries),
+                         tuple(keys) if kind.cross else (), values["pad"], values["pad_side"], T)
         return dataclasses.replace(view, head=values[head], num_layers=len(self.stacks[kind.name]))
 
     def _tokens(self, text, what: str) -> list[str]:
         return _step(f"tokenizing the {what}", self.tokenize, text) if isinstance(text, str) else list(text)
 
-    def _compute(self, kind: str, index: int, queries: tuple, context: tuple, pad: int, side: str, T: float) -> AttentionView:
+    def _compute(self, kind: str, index: int, state: tuple, queries: tuple, context: tuple, pad: int, side: str,
+                 T: float) -> AttentionView:
         """One input's view (all heads); the explorer keeps the last 64 (self._run), so a change of head, view or
-        picture computes nothing."""
+        picture computes nothing. `state` (`_weights_state` of the layer) is part of the key: after a training step
+        or a loaded checkpoint the view is computed again."""
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # tensors this small gain nothing from threads; on a busy machine they wait for a core
         try:

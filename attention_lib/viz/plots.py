@@ -91,6 +91,7 @@ def _draw(ax: Axes, table: Tensor, cmap, norm: Normalize, query_labels: Labels, 
           title: str | None, hidden: Tensor | None = None, values: bool = False) -> None:
     """An (S, S_kv) table on `ax`: its colours, hidden cells grey, the tokens on both axes, values if asked."""
     S, S_kv = table.shape
+    style.check_finite(table, "the values to draw")
     queries, keys = _labels(query_labels, S, "query_labels"), _labels(key_labels, S_kv, "key_labels")
     ax.imshow(table.numpy(), cmap=cmap, norm=norm, interpolation="nearest")
     if hidden is not None and bool(hidden.any()):  # NaN is transparent: only the hidden cells turn grey

@@ -18,9 +18,20 @@ BIAS_CMAP, BIAS_LABEL = "Purples_r", "ALiBi bias"  # a bias added to the scores:
 ANNOTATE_MAX = 10  # values are written in the cells while S and S_kv are both at most this
 
 
+def check_finite(values: Tensor, what: str = "weights") -> Tensor:
+    """`values` as a detached tensor, or ValueError if any is NaN or inf: a colour scale needs finite numbers."""
+    t = torch.as_tensor(values).detach()
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        bad = int((~torch.isfinite(t)).sum())
+        raise ValueError(f"{what} contain NaN or inf ({bad} of {t.numel()}): a picture needs finite numbers (look at "
+                         "the layer's inputs and parameters)")
+    return t
+
+
 def weights_norm(weights: Tensor) -> Normalize:
-    """The colour scale of every weights picture: vmin 0, vmax the largest weight shown (1 if all are 0)."""
-    w = torch.as_tensor(weights).detach()  # any shape: the weights the picture shows
+    """The colour scale of every weights picture: vmin 0, vmax the largest weight shown (1 if all are 0). Refuses
+    NaN and inf (`check_finite`)."""
+    w = check_finite(weights)  # any shape: the weights the picture shows
     top = float(w.max()) if w.numel() else 0.0
     return Normalize(vmin=0.0, vmax=top if top > 0 else 1.0)  # a fully hidden table keeps the scale 0-1
 
@@ -36,7 +47,8 @@ def shows_mask(mask: Tensor) -> bool:
 
 # %% auto #0
 __all__ = ['HIDDEN', 'MAY_ATTEND', 'MASK_CMAP', 'WEIGHTS_CMAP', 'WEIGHTS_LABEL', 'BIAS_CMAP', 'BIAS_LABEL', 'ANNOTATE_MAX',
-           'weights_norm', 'writes_values', 'shows_mask', 'bias_norm', 'palette', 'levels', 'hex_colours', 'ink']
+           'check_finite', 'weights_norm', 'writes_values', 'shows_mask', 'bias_norm', 'palette', 'levels',
+           'hex_colours', 'ink']
 
 # %% ../../notebooks/06_visualisation.ipynb #f9f6230f
 def bias_norm(bias: Tensor, mask: Tensor) -> Normalize:
@@ -55,8 +67,10 @@ def palette(cmap: str = WEIGHTS_CMAP) -> tuple[list[str], list[str]]:
 
 
 def levels(weights: Tensor, norm: Normalize) -> np.ndarray:
-    """Each weight's place on the scale `norm`, from 0 to 1, row by row: (n,) for n weights."""
-    return np.clip(np.asarray(norm(torch.as_tensor(weights).detach().float().flatten().numpy()), dtype=float), 0.0, 1.0)
+    """Each weight's place on the scale `norm`, from 0 to 1 (values beyond the scale take its ends), row by row: (n,)
+    for n weights. Refuses NaN and inf (`check_finite`)."""
+    w = check_finite(weights).float().flatten().numpy()
+    return np.clip(np.asarray(norm(w), dtype=float), 0.0, 1.0)
 
 
 def hex_colours(weights: Tensor, norm: Normalize, cmap: str = WEIGHTS_CMAP) -> list[str]:
@@ -66,5 +80,6 @@ def hex_colours(weights: Tensor, norm: Normalize, cmap: str = WEIGHTS_CMAP) -> l
 
 
 def ink(level: float, cmap: str = WEIGHTS_CMAP) -> str:
-    """A text colour readable on a cell at this place of the scale (0 to 1): white on a dark cell, dark grey on light."""
-    return palette(cmap)[1][int(level * 255 + 0.5)]
+    """A text colour readable on a cell at this place of the scale (0 to 1, beyond it: its ends): white on a dark cell,
+    dark grey on light."""
+    return palette(cmap)[1][int(min(max(level, 0.0), 1.0) * 255 + 0.5)]

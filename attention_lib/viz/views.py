@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ def register_kind(name: str, run: Run, *, cross: bool = False, make_layer: Layer
     KINDS[name] = Kind(name, run, cross, make_layer)
 
 # %% auto #0
-__all__ = ['PAD', 'Run', 'Layer', 'KINDS', 'Kind', 'register_kind', 'layer_mask', 'run_bidirectional', 'run_causal', 'run_cross', 'layer_bias', 'layer_groups', 'word_vectors', 'pad_tokens', 'score_temperature', 'AttentionView', 'InputError', 'attention_view', 'DEFAULT_WINDOW', 'run_sliding_window', 'run_alibi', 'variant_layer', 'fewer_kv_heads']
+__all__ = ['PAD', 'Run', 'Layer', 'KINDS', 'Kind', 'register_kind', 'layer_mask', 'run_bidirectional', 'run_causal', 'run_cross', 'layer_bias', 'layer_groups', 'word_vectors', 'pad_tokens', 'check_temperature', 'score_temperature', 'AttentionView', 'InputError', 'attention_view', 'DEFAULT_WINDOW', 'run_sliding_window', 'run_alibi', 'variant_layer', 'fewer_kv_heads']
 
 # %% ../../notebooks/06_visualisation.ipynb #6fb4cfd1
 def _is_causal_layer(layer: nn.Module) -> bool:
@@ -129,12 +130,18 @@ def _query_projection(layer: nn.Module) -> tuple[nn.Module, int]:
     raise TypeError(f"temperature needs a layer with a Wq or Wqkv projection, got {type(layer).__name__}")
 
 
+def check_temperature(T: float) -> float:
+    """T as a float if it is a finite number > 0 (a temperature of the scores), else ValueError."""
+    if isinstance(T, bool) or not isinstance(T, numbers.Real) or not 0 < T < math.inf:
+        raise ValueError(f"temperature must be a finite number > 0 (1 leaves the scores as they are), got {T!r}")
+    return float(T)
+
+
 @contextlib.contextmanager
 def score_temperature(layer: nn.Module, T: float) -> Iterator[nn.Module]:
     """Within the block, `layer`'s scores are divided by T (its queries are, and ALiBi's slopes, whose bias is part of
     the score): softmax((q·k / √HS + bias) / T)."""
-    if not T > 0:
-        raise ValueError(f"temperature must be > 0, got {T}")
+    T = check_temperature(T)
     if T == 1:
         yield layer
         return
@@ -227,7 +234,15 @@ def attention_view(layer: nn.Module, kind: str, tokens: Sequence[str] | str, *, 
     with torch.no_grad(), score_temperature(layer, temperature):
         mask, weights = _step(f"running the {kind} layer", KINDS[kind].run, layer, x[None],
                               None if context is None else context[None], real[None].to(x.device))
-    own = None if cross else layer_mask(layer, len(query_tokens), mask.device)  # (S, S): what it hides by itself
+    S, S_kv = len(query_tokens), len(key_tokens)
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool or mask.shape != (S, S_kv):
+        got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, Tensor) else type(mask).__name__
+        raise InputError(f"the {kind!r} kind's run returned a mask of {got}: it must be bool (S, S_kv) = ({S}, {S_kv})")
+    if not isinstance(weights, Tensor) or weights.shape[-2:] != (S, S_kv) or weights.ndim not in (3, 4):
+        got = tuple(weights.shape) if isinstance(weights, Tensor) else type(weights).__name__
+        raise InputError(f"the {kind!r} kind's run returned weights of shape {got}: they must be (1, NH, S, S_kv) or "
+                         f"(1, S, S_kv) with (S, S_kv) = ({S}, {S_kv})")
+    own = None if cross else layer_mask(layer, S, mask.device)  # (S, S): what it hides by itself
     mask = (mask if own is None else mask & own).detach().cpu().clone()  # (S, S_kv): all the layer really hid
     weights = weights[0].detach().cpu()  # (NH, S, S_kv), or (S, S_kv) for one head
     weights = weights[None] if weights.ndim == 2 else weights  # (NH, S, S_kv)
