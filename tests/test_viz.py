@@ -12,8 +12,6 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.colors import Normalize
@@ -860,20 +858,19 @@ def explorer_state(ex: AttentionExplorer) -> tuple:
             ex._run.cache_info().currsize)
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(steps=st.lists(st.tuples(st.sampled_from(range(len(GOOD_STEPS))), st.sampled_from(range(len(REFUSED_SETS))),
-                                st.sampled_from(range(len(REFUSED_COMPUTES)))), min_size=1, max_size=4))
-def test_a_refused_call_leaves_the_explorer_as_it_was(explorer, steps):
+def test_a_refused_call_leaves_the_explorer_as_it_was(explorer):
     """`set` was not all or nothing (the values before a refused one stayed), and a head out of range was refused only
-    after its view had been computed and remembered. Any refused `set` or `compute` now changes nothing."""
+    after its view had been computed and remembered. From each of several states, every refused `set` and `compute`
+    now changes nothing. (Every combination, not a sample: the Colab-like run of this file has no hypothesis.)"""
     reset(explorer)
-    for good, bad_set, bad_compute in steps:
-        explorer.set(**GOOD_STEPS[good])
+    for good in GOOD_STEPS:  # the states accumulate: each step starts where the last one left the explorer
+        explorer.set(**good)
         before = explorer_state(explorer)
-        with pytest.raises((ValueError, TypeError)):
-            explorer.set(**REFUSED_SETS[bad_set])
-        assert explorer_state(explorer) == before, REFUSED_SETS[bad_set]
-        with pytest.raises((ValueError, TypeError)):
-            explorer.compute(**REFUSED_COMPUTES[bad_compute])
-        assert explorer_state(explorer) == before, REFUSED_COMPUTES[bad_compute]
+        for bad in REFUSED_SETS:
+            with pytest.raises((ValueError, TypeError)):
+                explorer.set(**bad)
+            assert explorer_state(explorer) == before, (good, bad)
+        for bad in REFUSED_COMPUTES:
+            with pytest.raises((ValueError, TypeError)):
+                explorer.compute(**bad)
+            assert explorer_state(explorer) == before, (good, bad)
