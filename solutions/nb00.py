@@ -21,6 +21,22 @@ def bank_query_water():
     return torch.tensor([3.0, 0.0, 0.0, 0.0])  # asks for water: every score is 0, the weights are uniform
 
 
+def bank_query_place():
+    return torch.tensor([0.0, 0.0, 3.0, 0.0])  # asks for a place: "bank" itself is the place in this sentence
+
+
+def bank_query_money_weak():
+    return torch.tensor([0.0, 1.0, 0.0, 0.0])  # the right direction, too short: loan gets 0.53
+
+
+def bank_query_row():
+    return torch.tensor([[0.0, 3.0, 0.0, 0.0]])  # (1, 4): a batch of one query
+
+
+def bank_query_nan():
+    return torch.tensor([0.0, float("nan"), 0.0, 0.0])
+
+
 # --- 00.2: attention in three lines ---------------------------------------------------------------------------------
 
 
@@ -43,6 +59,27 @@ def attention_with_3d_transpose(q, k, v):
 
 def attention_with_dot_T(q, k, v):
     return (q @ k.T / math.sqrt(q.size(-1))).softmax(dim=-1) @ v  # the 2-D notation: k.T reverses every axis
+
+
+def attention_divided_by_d(q, k, v):
+    return (q @ k.transpose(-2, -1) / q.size(-1)).softmax(dim=-1) @ v
+
+
+def attention_scaled_by_first_axis(q, k, v):
+    return (q @ k.transpose(-2, -1) / math.sqrt(q.size(0))).softmax(dim=-1) @ v  # q.size(0) is B, not d
+
+
+def attention_with_weights(q, k, v):
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=-1)
+    return weights @ v, weights  # the layer's (context, weights), not the context alone
+
+
+def attention_returns_weights(q, k, v):
+    return (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=-1)  # forgot @ v
+
+
+def attention_mixes_keys(q, k, v):
+    return (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=-1) @ k  # the keys mixed, not the values
 
 
 # --- 00.3: the mask of a decoder ------------------------------------------------------------------------------------
@@ -72,6 +109,19 @@ def decoder_mask_causal_only(lengths, S):
 def decoder_mask_hiding_padded_rows(lengths, S):
     pad = padding_mask(lengths, seq_len=S)  # (B, S)
     return pad[:, :, None] & pad[:, None, :] & causal_mask(S)  # padded queries see nothing: also accepted
+
+
+def decoder_mask_as_ints(lengths, S):
+    return decoder_mask(lengths, S).int()  # 0 and 1, not False and True
+
+
+def decoder_mask_strict_triangle(lengths, S):
+    strict = torch.ones(S, S, dtype=torch.bool).tril(diagonal=-1)  # j < i: a token no longer sees itself
+    return padding_mask(lengths, seq_len=S)[:, None, :] & strict
+
+
+def decoder_mask_one_short(lengths, S):
+    return padding_mask([n - 1 for n in lengths], seq_len=S)[:, None, :] & causal_mask(S)  # the last real token hidden
 
 
 def decoder_mask_padded_rows_half_done(lengths, S):
@@ -104,6 +154,47 @@ def masked_softmax_zeroed_after(scores, mask):
     return scores.softmax(dim=-1) * mask  # hidden weights are 0, but the rows no longer sum to 1
 
 
+def masked_softmax_renormalised_after_exp(scores, mask):
+    e = scores.exp() * mask  # e^100 is inf in float32: inf / inf is NaN
+    return e / e.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def masked_softmax_renormalised_after_softmax(scores, mask):
+    w = scores.softmax(dim=-1) * mask  # the visible weights underflow to 0 when the hidden keys dominate
+    return w / w.sum(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def masked_softmax_nan_to_num(scores, mask):
+    return scores.masked_fill(~mask, float("-inf")).softmax(dim=-1).nan_to_num(0.0)  # right forward, NaN backward
+
+
+def masked_softmax_where_isnan(scores, mask):
+    w = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+    return torch.where(w.isnan(), torch.zeros_like(w), w)  # the same: the NaN still flows back
+
+
+def masked_softmax_in_place(scores, mask):
+    scores.masked_fill_(~mask, float("-inf"))  # changes the caller's scores
+    sees_something = mask.any(dim=-1, keepdim=True)
+    return scores.masked_fill(~sees_something, 0.0).softmax(dim=-1) * sees_something
+
+
+def masked_softmax_minus_1e9(scores, mask):
+    return scores.masked_fill(~mask, -1e9).softmax(dim=-1)  # a row that sees nothing gets uniform weights
+
+
+def masked_softmax_multiplied(scores, mask):
+    return (scores * mask).softmax(dim=-1)  # a hidden score of 0 still gets e^0
+
+
+def masked_softmax_detached(scores, mask):
+    return my_masked_softmax(scores.detach(), mask)  # right numbers, no gradient
+
+
+def masked_softmax_rescaled(scores, mask):
+    return my_masked_softmax(scores / math.sqrt(scores.size(-1)), mask)  # the scores were already scaled
+
+
 SOLUTIONS = {
     "check_00_1": bank_query,
     "check_00_2": my_attention,
@@ -112,12 +203,24 @@ SOLUTIONS = {
 }
 
 WRONG = {
-    "check_00_1": [(bank_query_too_weak, "only 0.83"), (bank_query_water, "only the money position counts")],
+    "check_00_1": [
+        (bank_query_too_weak, "only 0.83"),
+        (bank_query_water, "only the money position counts"),
+        (bank_query_place, "looks mostly at 'bank'"),
+        (bank_query_money_weak, "largest weight but only 0.53"),
+        (bank_query_row, "shape (4,)"),
+        (bank_query_nan, "NaN weights"),
+    ],
     "check_00_2": [
         (attention_without_scale, "forgot to scale"),
         (attention_softmax_over_queries, "wrong axis"),
         (attention_with_3d_transpose, "k.transpose(-2, -1)"),
         (attention_with_dot_T, "k.T reverses all the axes"),
+        (attention_divided_by_d, "divided the scores by d"),
+        (attention_scaled_by_first_axis, "the size of axis"),
+        (attention_with_weights, "not a tuple"),
+        (attention_returns_weights, "one row per query"),
+        (attention_mixes_keys, "off by up to"),
     ],
     "check_00_3": [
         (decoder_mask_inverted, "opposite of the convention"),
@@ -125,10 +228,22 @@ WRONG = {
         (decoder_mask_or, "padded key is visible"),
         (decoder_mask_causal_only, "(B, S, S)"),
         (decoder_mask_padded_rows_half_done, "neither the rule of a real row"),
+        (decoder_mask_as_ints, "torch.bool"),
+        (decoder_mask_strict_triangle, "no real token sees itself"),
+        (decoder_mask_one_short, "misses a real key"),
     ],
     "check_00_4": [
         (masked_softmax_with_nan, "gives NaN"),
         (masked_softmax_inverted, "True must mean 'may attend'"),
         (masked_softmax_zeroed_after, "must sum to 1"),
+        (masked_softmax_renormalised_after_exp, "an exponential overflowed"),
+        (masked_softmax_renormalised_after_softmax, "all-zero weights"),
+        (masked_softmax_nan_to_num, "gradient is NaN"),
+        (masked_softmax_where_isnan, "gradient is NaN"),
+        (masked_softmax_in_place, "changed its input `scores` in place"),
+        (masked_softmax_minus_1e9, "(-1e9)"),
+        (masked_softmax_detached, "carry no gradient"),
+        (masked_softmax_multiplied, "a score of 0 is not hidden"),
+        (masked_softmax_rescaled, "off by up to"),
     ],
 }

@@ -1,8 +1,11 @@
-"""Solutions to the exercises of notebook 03, and typical wrong answers the graders must catch."""
+"""Solutions to the exercises of notebook 03, and typical wrong answers with the hint each must get."""
 
 import math
 
 import torch
+from torch.nn.functional import scaled_dot_product_attention
+
+# --- 03.1: another fused layout -------------------------------------------------------------------------------------
 
 
 def split_interleaved(qkv, num_heads):
@@ -22,6 +25,40 @@ def split_interleaved_parts_reversed(qkv, num_heads):
     return v, k, q
 
 
+def split_returns_the_input(qkv, num_heads):
+    return qkv
+
+
+def split_heads_after_sequence(qkv, num_heads):
+    B, S, three_C = qkv.shape
+    HS = three_C // (3 * num_heads)
+    return qkv.reshape(B, S, num_heads, 3, HS).permute(3, 0, 1, 2, 4).unbind(0)  # 3 x (B, S, NH, HS): no transpose
+
+
+def split_columns_before_parts(qkv, num_heads):
+    B, S, three_C = qkv.shape
+    HS = three_C // (3 * num_heads)
+    return qkv.reshape(B, S, num_heads, HS, 3).permute(4, 0, 2, 1, 3).unbind(0)  # reads (head, column, part)
+
+
+def split_head_size_of_the_whole(qkv, num_heads):
+    B, S, three_C = qkv.shape
+    HS = three_C // num_heads  # the width of a head's whole block (3 HS), taken for HS
+    return qkv.reshape(B, S, num_heads, 3, HS).permute(3, 0, 2, 1, 4).unbind(0)
+
+
+# --- 03.2: multi-head attention by hand -----------------------------------------------------------------------------
+
+
+def multi_head_attention(x, Wqkv, Wo, num_heads):
+    B, S, C = x.shape
+    HS = C // num_heads
+    q, k, v = Wqkv(x).reshape(B, S, 3, num_heads, HS).permute(2, 0, 3, 1, 4)  # 3 x (B, NH, S, HS)
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(HS)).softmax(dim=-1)  # (B, NH, S, S)
+    context = weights @ v  # (B, NH, S, HS)
+    return Wo(context.transpose(1, 2).reshape(B, S, C))  # (B, S, C)
+
+
 def _mha(x, Wqkv, Wo, num_heads, divisor=None, transpose=True):
     B, S, C = x.shape
     HS = C // num_heads
@@ -32,22 +69,145 @@ def _mha(x, Wqkv, Wo, num_heads, divisor=None, transpose=True):
     return Wo(merged.reshape(B, S, C))  # (B, S, C)
 
 
-def multi_head_attention(x, Wqkv, Wo, num_heads):
-    return _mha(x, Wqkv, Wo, num_heads)
+def mha_without_scale(x, Wqkv, Wo, num_heads):
+    return _mha(x, Wqkv, Wo, num_heads, divisor=1.0)
 
 
-def through_our_layer(x, Wqkv, Wo, num_heads):
+def mha_scaled_by_hidden_size(x, Wqkv, Wo, num_heads):
+    return _mha(x, Wqkv, Wo, num_heads, divisor=math.sqrt(x.shape[-1]))  # √C instead of √HS
+
+
+def mha_merged_without_transpose(x, Wqkv, Wo, num_heads):
+    return _mha(x, Wqkv, Wo, num_heads, transpose=False)
+
+
+def mha_through_sdpa(x, Wqkv, Wo, num_heads):
+    return torch.nn.functional.scaled_dot_product_attention(x, x, x)
+
+
+def mha_through_imported_sdpa(x, Wqkv, Wo, num_heads):
+    B, S, C = x.shape
+    q, k, v = Wqkv(x).reshape(B, S, 3, num_heads, C // num_heads).permute(2, 0, 3, 1, 4)
+    return Wo(scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, S, C))  # the name imported above
+
+
+def mha_through_our_layer(x, Wqkv, Wo, num_heads):
     from attention_lib import BidirectionalAttention
 
-    layer = BidirectionalAttention(x.shape[-1], num_heads)
+    layer = BidirectionalAttention(x.shape[-1], num_heads).to(x.dtype)
     layer.Wqkv.load_state_dict(Wqkv.state_dict())
     layer.Wo.load_state_dict(Wo.state_dict())
     layer.attn_impl = "explicit"  # not even SDPA: the grader must still notice the layer
     return layer(x)
 
 
+def mha_split_without_transpose(x, Wqkv, Wo, num_heads):
+    B, S, C = x.shape
+    HS = C // num_heads
+    q, k, v = (t.reshape(B, num_heads, S, HS) for t in Wqkv(x).chunk(3, dim=-1))  # should be (B, S, NH, HS).transpose
+    context = (q @ k.transpose(-2, -1) / math.sqrt(HS)).softmax(dim=-1) @ v
+    return Wo(context.transpose(1, 2).reshape(B, S, C))
+
+
+def mha_heads_after_sequence(x, Wqkv, Wo, num_heads):
+    B, S, C = x.shape
+    HS = C // num_heads
+    q, k, v = Wqkv(x).reshape(B, S, 3, num_heads, HS).permute(2, 0, 1, 3, 4)  # 3 x (B, S, NH, HS): wrong permute
+    context = (q @ k.transpose(-2, -1) / math.sqrt(HS)).softmax(dim=-1) @ v  # (B, S, NH, HS): heads attend to heads
+    return Wo(context.reshape(B, S, C))
+
+
+def mha_interleaved_layout(x, Wqkv, Wo, num_heads):
+    B, S, C = x.shape
+    HS = C // num_heads
+    q, k, v = Wqkv(x).reshape(B, S, num_heads, 3, HS).permute(3, 0, 2, 1, 4)  # exercise 03.1's layout
+    context = (q @ k.transpose(-2, -1) / math.sqrt(HS)).softmax(dim=-1) @ v
+    return Wo(context.transpose(1, 2).reshape(B, S, C))
+
+
+def mha_softmax_over_queries(x, Wqkv, Wo, num_heads):
+    B, S, C = x.shape
+    HS = C // num_heads
+    q, k, v = Wqkv(x).reshape(B, S, 3, num_heads, HS).permute(2, 0, 3, 1, 4)
+    context = (q @ k.transpose(-2, -1) / math.sqrt(HS)).softmax(dim=-2) @ v
+    return Wo(context.transpose(1, 2).reshape(B, S, C))
+
+
+def mha_without_Wo(x, Wqkv, Wo, num_heads):
+    B, S, C = x.shape
+    HS = C // num_heads
+    q, k, v = Wqkv(x).reshape(B, S, 3, num_heads, HS).permute(2, 0, 3, 1, 4)
+    context = (q @ k.transpose(-2, -1) / math.sqrt(HS)).softmax(dim=-1) @ v
+    return context.transpose(1, 2).reshape(B, S, C)  # the concatenated heads, never projected
+
+
+def mha_softmax_by_hand(x, Wqkv, Wo, num_heads):
+    B, S, C = x.shape
+    HS = C // num_heads
+    q, k, v = Wqkv(x).reshape(B, S, 3, num_heads, HS).permute(2, 0, 3, 1, 4)
+    e = (q @ k.transpose(-2, -1) / math.sqrt(HS)).exp()  # overflows to inf for a large score
+    context = e / e.sum(dim=-1, keepdim=True) @ v
+    return Wo(context.transpose(1, 2).reshape(B, S, C))
+
+
+def mha_merged_with_view(x, Wqkv, Wo, num_heads):
+    B, S, C = x.shape
+    HS = C // num_heads
+    q, k, v = Wqkv(x).reshape(B, S, 3, num_heads, HS).permute(2, 0, 3, 1, 4)
+    context = (q @ k.transpose(-2, -1) / math.sqrt(HS)).softmax(dim=-1) @ v
+    return Wo(context.transpose(1, 2).view(B, S, C))  # a transposed tensor is not contiguous: view refuses
+
+
+def mha_with_weights(x, Wqkv, Wo, num_heads):
+    B, S, C = x.shape
+    HS = C // num_heads
+    q, k, v = Wqkv(x).reshape(B, S, 3, num_heads, HS).permute(2, 0, 3, 1, 4)
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(HS)).softmax(dim=-1)
+    return Wo((weights @ v).transpose(1, 2).reshape(B, S, C)), weights  # the layer's return_weights=True pair
+
+
+# --- 03.3: talk to nn.MultiheadAttention ----------------------------------------------------------------------------
+
+
 def torch_attention(mha, x, mask):
     return mha(x, x, x, key_padding_mask=~mask, need_weights=False)[0]  # (B, S, C)
+
+
+def torch_attention_mask_not_inverted(mha, x, mask):
+    return mha(x, x, x, key_padding_mask=mask, need_weights=False)[0]
+
+
+def torch_attention_unmasked(mha, x, mask):
+    return mha(x, x, x, need_weights=False)[0]
+
+
+def torch_attention_pair(mha, x, mask):
+    return mha(x, x, x, key_padding_mask=~mask)  # (output, weights)
+
+
+def torch_attention_with_weights(mha, x, mask):
+    return mha(x, x, x, key_padding_mask=~mask)[0]  # need_weights=True by default: NaN for a query that sees nothing
+
+
+def torch_attention_without_grad(mha, x, mask):
+    with torch.no_grad():  # eval mode without autograd: the fast path, NaN for a query that sees nothing
+        return mha(x, x, x, key_padding_mask=~mask, need_weights=False)[0]
+
+
+def torch_attention_nan_to_zero(mha, x, mask):
+    return mha(x, x, x, key_padding_mask=~mask)[0].nan_to_num(0.0)  # the NaN hidden, Wo's bias lost
+
+
+def torch_attention_padding_zeroed(mha, x, mask):
+    return torch_attention(mha, x, mask) * mask[..., None]  # the padding queries' outputs set to 0
+
+
+def torch_attention_outputs_masked(mha, x, mask):
+    return mha(x, x, x, need_weights=False)[0] * mask[..., None]  # the padding keys are still seen
+
+
+def torch_attention_attn_mask(mha, x, mask):
+    return mha(x, x, x, attn_mask=~mask, need_weights=False)[0]  # a (B, S) mask where (S, S) pairs are expected
 
 
 SOLUTIONS = {
@@ -60,18 +220,36 @@ WRONG = {
     "check_03_1": [
         (split_as_q_k_v_thirds, "[q | k | v] layout"),
         (split_interleaved_parts_reversed, "order q, k, v"),
-        (lambda qkv, num_heads: qkv, "three tensors"),
+        (split_returns_the_input, "three tensors"),
+        (split_heads_after_sequence, "heads must come before the sequence"),
+        (split_columns_before_parts, "(head, part, column)"),
+        (split_head_size_of_the_whole, "is invalid for input of size"),
     ],
     "check_03_2": [
-        (lambda x, Wqkv, Wo, NH: _mha(x, Wqkv, Wo, NH, divisor=1.0), "√HS"),
-        (lambda x, Wqkv, Wo, NH: _mha(x, Wqkv, Wo, NH, divisor=math.sqrt(x.shape[-1])), "head size"),
-        (lambda x, Wqkv, Wo, NH: _mha(x, Wqkv, Wo, NH, transpose=False), "without the transpose"),
-        (lambda x, Wqkv, Wo, NH: torch.nn.functional.scaled_dot_product_attention(x, x, x), "write the attention out"),
-        (through_our_layer, "a layer of attention_lib"),
+        (mha_without_scale, "not scaled"),
+        (mha_scaled_by_hidden_size, "divided by √C"),
+        (mha_merged_without_transpose, "merged without the transpose"),
+        (mha_through_sdpa, "write the attention out"),
+        (mha_through_imported_sdpa, "write the attention out"),
+        (mha_through_our_layer, "a layer of attention_lib"),
+        (mha_split_without_transpose, "split without the transpose"),
+        (mha_heads_after_sequence, "heads attend to one another"),
+        (mha_interleaved_layout, "interleaved layout of exercise 03.1"),
+        (mha_softmax_over_queries, "runs over the queries"),
+        (mha_without_Wo, "Wo is missing"),
+        (mha_softmax_by_hand, "an exponential overflowed"),
+        (mha_merged_with_view, "Use .reshape(...) instead"),
+        (mha_with_weights, "not a tuple"),
     ],
     "check_03_3": [
-        (lambda mha, x, mask: mha(x, x, x, key_padding_mask=mask, need_weights=False)[0], "~mask"),
-        (lambda mha, x, mask: mha(x, x, x, need_weights=False)[0], "not masked"),
-        (lambda mha, x, mask: mha(x, x, x, key_padding_mask=~mask), "pair"),
+        (torch_attention_mask_not_inverted, "opposite of our mask"),
+        (torch_attention_unmasked, "not masked"),
+        (torch_attention_pair, "pair"),
+        (torch_attention_with_weights, "need_weights=True, its default"),
+        (torch_attention_without_grad, "fast path"),
+        (torch_attention_nan_to_zero, "drops the bias"),
+        (torch_attention_padding_zeroed, "don't zero the outputs"),
+        (torch_attention_outputs_masked, "not masked"),
+        (torch_attention_attn_mask, "goes in key_padding_mask"),
     ],
 }

@@ -1,8 +1,12 @@
-"""Every grader passes its solution, fails each typical wrong answer with a helpful hint, and treats the notebooks'
-placeholder as "not attempted yet"; every notebook ships its exercises unsolved and calls each of its graders."""
+"""Every grader passes its solution and fails each wrong answer of the bank in `solutions/` with the hint that names
+its mistake, in float32 and in float64; every hint of every grader is reached by some wrong answer; a grader blames
+only the learner's code, tells an answer that changes its inputs, and leaves the random generator and the package's
+globals alone; the notebooks' placeholder is "not attempted yet", and every notebook ships its exercises unsolved and
+calls each of its graders."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import re
@@ -10,14 +14,18 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from attention_lib import exercises
 from attention_lib.exercises import Grade, Hint, grader
+from attention_lib.exercises._grading import call
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the solutions/ folder is not part of the installed package
 
 GRADERS = exercises.graders()
+DTYPES = [pytest.param(torch.float32, id="float32"), pytest.param(torch.float64, id="float64")]
+MORE_WRONG = 4  # wrong answers per exercise at least: the holes a learner finds, and more plausible mistakes
 
 
 def solutions_of(name: str):
@@ -28,24 +36,93 @@ def wrong_answers():
     return [(name, i) for name in GRADERS for i in range(len(solutions_of(name).WRONG.get(name, [])))]
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name", GRADERS)
-def test_the_solution_passes(name):
-    grade = getattr(exercises, name)(solutions_of(name).SOLUTIONS[name])
+def test_the_solution_passes(name, dtype):
+    grade = getattr(exercises, name)(solutions_of(name).SOLUTIONS[name], dtype=dtype)
     assert isinstance(grade, Grade) and grade.passed and grade.attempted, grade.message
     assert grade.message.startswith("✅")
 
 
 @pytest.mark.parametrize("name", GRADERS)
-def test_each_grader_has_at_least_one_wrong_answer_that_fails(name):
-    assert solutions_of(name).WRONG.get(name), f"{name} has no wrong answer in solutions/: it could be vacuous"
+def test_each_grader_has_a_bank_of_wrong_answers(name):
+    wrong = solutions_of(name).WRONG.get(name, [])
+    assert len(wrong) >= MORE_WRONG, f"{name} has {len(wrong)} wrong answers in solutions/, fewer than {MORE_WRONG}"
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("name,index", wrong_answers())
-def test_a_typical_wrong_answer_fails_with_its_hint(name, index):
+def test_a_typical_wrong_answer_fails_with_its_hint(name, index, dtype):
     answer, fragment = solutions_of(name).WRONG[name][index]
-    grade = getattr(exercises, name)(answer)
+    grade = getattr(exercises, name)(answer, dtype=dtype)
     assert not grade.passed and grade.attempted, grade.message
     assert fragment in grade.message, f"the hint {grade.message!r} does not mention {fragment!r}"
+
+
+def hint_lines(path: Path) -> set[int]:
+    """The lines of `path` that raise a Hint written in that file (not the generic ones of _grading)."""
+    lines = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        exc = getattr(node, "exc", None)
+        if isinstance(node, ast.Raise) and isinstance(exc, ast.Call) and getattr(exc.func, "id", "") == "Hint":
+            lines.add(node.lineno)
+    return lines
+
+
+@pytest.mark.parametrize("nn", sorted({name.split("_")[1] for name in GRADERS}))
+def test_every_hint_is_reached_by_a_wrong_answer_of_the_bank(nn):
+    """A hint that no wrong answer reaches is a defect: it cannot fire, or nothing shows that it is right."""
+    module = importlib.import_module(f"attention_lib.exercises.nb{nn}")
+    path = Path(module.__file__)
+    reached: set[int] = set()
+
+    def tracer(frame, event, arg):
+        if frame.f_code.co_filename != str(path):
+            return None
+        if event == "line":
+            reached.add(frame.f_lineno)
+        return tracer
+
+    names = [name for name in GRADERS if name.split("_")[1] == nn]
+    sys.settrace(tracer)
+    try:
+        for name in names:
+            for answer, _ in solutions_of(name).WRONG.get(name, []):
+                getattr(exercises, name)(answer)
+    finally:
+        sys.settrace(None)
+    source = path.read_text().splitlines()
+    missing = sorted(hint_lines(path) - reached)
+    assert not missing, "hints no wrong answer reaches:\n" + "\n".join(f"{path.name}:{n}: {source[n - 1].strip()}"
+                                                                        for n in missing)
+
+
+def package_state() -> dict:
+    """What a grader must leave alone: the random generator, and every global of every loaded attention_lib module
+    (by identity), with the contents of the registries."""
+    from attention_lib import functional
+
+    state = {"rng": torch.random.get_rng_state(), "impls": dict(functional._ATTENTION_IMPLS),
+             "no-dropout": set(functional._WITHOUT_DROPOUT), "sdpa": torch.nn.functional.scaled_dot_product_attention}
+    for name, module in list(sys.modules.items()):
+        if name.startswith("attention_lib") and module is not None:
+            state[name] = {k: id(v) for k, v in vars(module).items() if not k.startswith("__")}
+    if "attention_lib.viz.views" in sys.modules:
+        state["kinds"] = dict(sys.modules["attention_lib.viz.views"].KINDS)
+    return state
+
+
+@pytest.mark.parametrize("name", GRADERS)
+def test_a_grader_leaves_the_random_generator_and_the_package_alone(name):
+    grade = getattr(exercises, name)
+    grade(solutions_of(name).SOLUTIONS[name])  # the first call may import modules: compare from the second on
+    torch.manual_seed(1234)
+    before = package_state()
+    for answer in [solutions_of(name).SOLUTIONS[name]] + [a for a, _ in solutions_of(name).WRONG.get(name, [])]:
+        grade(answer)
+    after = package_state()
+    assert torch.equal(before.pop("rng"), after.pop("rng")), "a grader changed the global random generator"
+    assert before == after, "a grader changed a global of attention_lib"
 
 
 @pytest.mark.parametrize("name", GRADERS)
@@ -88,10 +165,51 @@ def test_the_grading_machinery():
     assert check(lambda n: n * n).passed and "2 squared is 4" in repr(check(lambda n: n * n))
     wrong = check(lambda n: n + 3)
     assert not wrong and wrong.attempted and "square the number" in wrong.message
-    broken = check(lambda n: n / 0)
-    assert not broken and "your code raised ZeroDivisionError" in broken.message
+    with pytest.raises(ZeroDivisionError):  # without `call`, an error is the grader's own: never blamed on the learner
+        check(lambda n: n / 0)
     with pytest.raises(AttributeError, match="there is no exercise"):
         exercises.check_99_7  # noqa: B018
+
+
+def test_only_the_learners_code_is_blamed_and_changed_inputs_are_named():
+    @grader("99.2")
+    def check(answer):
+        x = torch.arange(4.0)
+        got = call(answer, x)
+        return f"{got.tolist()}"
+
+    assert "your code raised ZeroDivisionError" in check(lambda x: 1 / 0).message
+    assert "your code raised NotImplementedError: not for tensors" in check(lambda x: _raise("not for tensors")).message
+    assert not check(lambda x: _raise()).attempted  # the bare placeholder
+
+    def in_place(scores):
+        return scores.mul_(2)
+
+    assert "changed its input `scores` in place" in check(in_place).message
+
+    @grader("99.3")
+    def buggy(answer):
+        call(answer, torch.ones(2))
+        return torch.ones(2) @ torch.ones(3)  # the grader's own mistake
+
+    with pytest.raises(RuntimeError):
+        buggy(lambda x: x)
+
+    @grader("99.4")
+    def weights(answer):
+        layer = torch.nn.Linear(2, 2)
+        call(answer, layer)
+        return "ok"
+
+    def zeroes(layer):
+        with torch.no_grad():
+            layer.weight.zero_()
+
+    assert "changed the weights of `layer`" in weights(zeroes).message
+
+
+def _raise(message: str | None = None):
+    raise NotImplementedError(*(() if message is None else (message,)))
 
 
 def test_00_3_accepts_either_choice_for_the_rows_of_padded_queries():

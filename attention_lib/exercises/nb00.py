@@ -9,7 +9,7 @@ import torch
 
 from ..functional import masked_softmax
 from ..masks import causal_mask, padding_mask
-from ._grading import Hint, expect_shape, expect_tensor, grader
+from ._grading import Hint, call, close, dtype, expect_close, expect_shape, expect_tensor, fmt, grader
 
 __all__ = ["check_00_1", "check_00_2", "check_00_3", "check_00_4", "LOAN_TOKENS", "LOAN_KEYS"]
 
@@ -21,11 +21,11 @@ LOAN_KEYS = torch.tensor([[0, 0, 0, 1], [0, 0, 2, 0], [0, 0, 0, 0], [0, 0, 0, 1]
 @grader("00.1")
 def check_00_1(bank_query) -> str:
     """`bank_query()` returns the query of "bank" (4 numbers); "bank" must give "loan" a weight of at least 0.9."""
-    q = expect_tensor(bank_query(), "bank_query()")
+    q = expect_tensor(call(bank_query), "bank_query()")
     if tuple(q.shape) != (4,):
         raise Hint(f"the query of one token is 4 numbers (water, money, place, function word), shape (4,); "
                    f"got shape {tuple(q.shape)}.")
-    scores = LOAN_KEYS @ q.float() / math.sqrt(4)  # (S_kv,)
+    scores = LOAN_KEYS.double() @ q.detach().double() / math.sqrt(4)  # (S_kv,)
     weights = scores.softmax(dim=-1)  # (S_kv,)
     loan = weights[4].item()
     if math.isnan(loan):
@@ -43,7 +43,7 @@ def check_00_1(bank_query) -> str:
         raise Hint(f"'bank' looks mostly at '{LOAN_TOKENS[int(weights.argmax())]}' (weights: {shown}). The score "
                    "with 'loan' is the dot product of your query with loan's key [0, 3, 0, 0]: only the money "
                    "position counts.")
-    return f"'bank' gives 'loan' a weight of {loan:.3f} (scaled scores {[round(s, 2) for s in scores.tolist()]})."
+    return f"'bank' gives 'loan' a weight of {loan:.3f} (scaled scores {fmt(scores)})."
 
 
 def _attention(q, k, v, scale: float, dim: int = -1):
@@ -54,18 +54,21 @@ def _attention(q, k, v, scale: float, dim: int = -1):
 def check_00_2(my_attention) -> str:
     """`my_attention(q, k, v)` returns softmax(q kᵀ / √d) v for q (..., S, d) and k, v (..., S_kv, d)."""
     g = torch.Generator().manual_seed(0)
-    for shape_q, S_kv in [((2, 3, 16), 5), ((2, 2, 3, 4), 6)]:
+    # no two sizes alike, so that an axis taken for another shows: (B, NH, S, d) with S_kv, both S < S_kv and S > S_kv
+    for shape_q, S_kv in [((3, 5, 8), 7), ((2, 3, 6, 4), 5), ((9, 16), 2)]:
         *lead, S, d = shape_q
-        q = torch.randn(*shape_q, generator=g)  # (..., S, d)
-        k, v = torch.randn(2, *lead, S_kv, d, generator=g).unbind(0)  # each (..., S_kv, d)
+        q = torch.randn(*shape_q, generator=g, dtype=dtype())  # (..., S, d)
+        k, v = torch.randn(2, *lead, S_kv, d, generator=g, dtype=dtype()).unbind(0)  # each (..., S_kv, d)
+        expected = _attention(q, k, v, 1 / math.sqrt(d))  # (..., S, d), before the answer runs
         try:
             with warnings.catch_warnings():  # k.T on a batch warns that it is deprecated: the hint says why
                 warnings.simplefilter("ignore", UserWarning)
-                got = my_attention(q.clone(), k.clone(), v.clone())
-        except NotImplementedError:  # a RuntimeError too: the placeholder, "not attempted yet"
-            raise
-        except RuntimeError as err:
-            raise Hint(f"for q {tuple(q.shape)} and k {tuple(k.shape)} your code raised RuntimeError: {err}. On "
+                got = call(my_attention, q, k, v)
+        except Exception as raised:  # only the learner's own RuntimeError gets this hint
+            error = getattr(raised, "error", None)
+            if not isinstance(error, RuntimeError):
+                raise
+            raise Hint(f"for q {tuple(q.shape)} and k {tuple(k.shape)} your code raised RuntimeError: {error}. On "
                        "batched input k.T reverses all the axes of k, and a transpose of fixed axes such as "
                        "k.transpose(1, 2) fits one number of axes only: use k.transpose(-2, -1), which swaps the last "
                        "two axes whatever comes before them.") from None
@@ -75,32 +78,36 @@ def check_00_2(my_attention) -> str:
         if tuple(got.shape) != tuple(shape_q):
             raise Hint(f"for q {tuple(q.shape)} and k, v {tuple(k.shape)} the context has one row per query, "
                        f"(..., S, d) = {tuple(shape_q)}; got {tuple(got.shape)}. The scores are q @ kᵀ "
-                       "(..., S, S_kv): transpose the last two axes of k with k.transpose(-2, -1).")
-        expected = _attention(q, k, v, 1 / math.sqrt(d))  # (..., S, d)
-        if torch.allclose(got, expected, atol=1e-5):
+                       "(..., S, S_kv); the context is the weights @ v.")
+        if close(got, expected):
             continue
-        if torch.allclose(got, _attention(q, k, v, 1.0), atol=1e-5):
-            raise Hint(f"you forgot to scale the scores: divide q @ kᵀ by √d (here √{d} = {math.sqrt(d):g}) "
+        if close(got, _attention(q, k, v, 1.0)):
+            raise Hint(f"you forgot to scale the scores: divide q @ kᵀ by √d (here √{d} = {math.sqrt(d):.3g}) "
                        "before the softmax.")
-        if torch.allclose(got, _attention(q, k, v, 1 / d), atol=1e-5):
-            raise Hint(f"you divided the scores by d = {d}; the scale is 1/√d = 1/{math.sqrt(d):g}.")
-        if torch.allclose(got, _attention(q, k, v, 1 / math.sqrt(d), dim=-2), atol=1e-5):
+        if close(got, _attention(q, k, v, 1 / d)):
+            raise Hint(f"you divided the scores by d = {d}; the scale is 1/√d = 1/{math.sqrt(d):.3g}.")
+        for axis, n in enumerate(shape_q[:-1]):
+            if close(got, _attention(q, k, v, 1 / math.sqrt(n))):
+                raise Hint(f"you scaled by 1/√{n}, the size of axis {axis - len(shape_q)} of q; d is the size of the "
+                           f"last axis, q.size(-1) = {d}.")
+        if close(got, _attention(q, k, v, 1 / math.sqrt(d), dim=-2)):
             raise Hint("the softmax runs over the wrong axis: it must run over the keys, the last axis (dim=-1), "
                        "so that each query's weights sum to 1.")
-        worst = (got - expected).abs().max().item()
+        worst = (got.double() - expected.double()).abs().max().item()
         raise Hint(f"for q of shape {tuple(q.shape)} the context is off by up to {worst:.3g}. Compare with "
                    "F.scaled_dot_product_attention(q, k, v) step by step.")
-    return "your attention equals softmax(q kᵀ/√d) v, with any leading axes and S != S_kv."
+    return "your attention equals softmax(q kᵀ/√d) v, with any leading axes, S < S_kv and S > S_kv."
 
 
 @grader("00.3")
 def check_00_3(decoder_mask) -> str:
     """`decoder_mask(lengths, S)` returns the (B, S, S) bool mask of causal attention with right padding."""
-    for lengths, S in [([4, 2, 1], 5), ([1, 2, 3], 3)]:
+    for lengths, S in [([4, 2, 1], 5), ([1, 2, 3], 3), ([6, 6], 6), ([2, 5, 3, 1], 7)]:
         B = len(lengths)
-        got = expect_tensor(decoder_mask(lengths, S), f"decoder_mask({lengths}, {S})")
+        got = expect_tensor(call(decoder_mask, list(lengths), S), f"decoder_mask({lengths}, {S})")
         if got.dtype != torch.bool:
-            raise Hint(f"a mask is a torch.bool tensor (True = may attend); got dtype {got.dtype}.")
+            raise Hint(f"a mask is a torch.bool tensor (True = may attend); got dtype {got.dtype}. Build it from "
+                       "comparisons or bool masks (padding_mask and causal_mask are bool), or convert with .bool().")
         if tuple(got.shape) != (B, S, S):
             raise Hint(f"decoder_mask({lengths}, {S}) should have shape (B, S, S) = {(B, S, S)}: one S x S table "
                        f"per sentence; got {tuple(got.shape)}.")
@@ -123,51 +130,107 @@ def check_00_3(decoder_mask) -> str:
         if bool((got & future).any()):
             raise Hint("a query sees a key in its future (j > i): query i may see keys 0..i only, the lower "
                        "triangle (torch.tril or causal_mask).")
-        if not bool(got[real_rows & torch.eye(S, dtype=torch.bool)].all()):
-            raise Hint("a real token must see itself: the diagonal (j == i) of the triangle is True.")
+        if not bool(got[real_rows & torch.eye(S, dtype=torch.bool)].any()):
+            raise Hint("no real token sees itself: the diagonal (j == i) of the triangle is True (tril with "
+                       "diagonal=0, the default).")
         if bool((got == expected)[real_rows].all()):
             raise Hint(f"for lengths {lengths} and S = {S} the rows of the real queries are right, but a padded "
                        "query's row is neither the rule of a real row (the past, real keys only) nor empty: pick one "
                        "of the two for every padded query.")
-        raise Hint(f"for lengths {lengths} and S = {S} some real query misses a real key of its past. Print your "
-                   "mask next to padding_mask(lengths, S)[:, None, :] & causal_mask(S).")
+        raise Hint(f"for lengths {lengths} and S = {S} some real query misses a real key of its past (a sentence "
+                   "of length n has the real tokens 0..n-1). Print your mask next to "
+                   "padding_mask(lengths, S)[:, None, :] & causal_mask(S).")
     return ("causal AND padding, True = may attend, one (S, S) table per sentence, also when B == S (the rows of "
             "padded queries are never used).")
 
 
+def _reference_softmax(scores, mask):
+    """masked_softmax in float64, and the gradient of sum(weights · probe) with respect to the scores."""
+    s = scores.detach().double().requires_grad_()
+    weights = masked_softmax(s, mask)  # (B, S, S_kv)
+    probe = torch.linspace(-1, 1, weights.numel(), dtype=torch.float64).reshape(weights.shape)
+    (grad,) = torch.autograd.grad((weights * probe).sum(), s)
+    return weights.detach(), grad, probe
+
+
 @grader("00.4")
 def check_00_4(my_masked_softmax) -> str:
-    """`my_masked_softmax(scores, mask)`: hidden keys get 0, visible weights sum to 1, a blind row gets zeros."""
+    """`my_masked_softmax(scores, mask)`: hidden keys get 0, visible weights sum to 1, a blind row gets zeros; the
+    gradient with respect to the scores is right and finite too."""
     g = torch.Generator().manual_seed(4)
-    scores = 2 * torch.randn(2, 3, 4, generator=g)  # (B, S, S_kv)
-    full = torch.rand(2, 3, 4, generator=g) > 0.4  # (B, S, S_kv)
+    B, S, S_kv = 2, 3, 5
+    base = 2 * torch.randn(B, S, S_kv, generator=g, dtype=dtype())  # (B, S, S_kv)
+    full = torch.rand(B, S, S_kv, generator=g) > 0.4  # (B, S, S_kv)
     full[0, 1] = False  # a query that sees nothing
     full[1, 2] = True  # a query that sees everything
-    padding = torch.tensor([[True, True, False, False], [True, True, True, False]])[:, None, :]  # (B, 1, S_kv)
-    for mask, what in [(full, "a (B, S, S_kv) mask"), (padding, "a (B, 1, S_kv) padding mask")]:
-        got = my_masked_softmax(scores.clone(), mask.clone())
+    full[1, 0] = torch.tensor([True, False, False, False, False])  # a query that sees one key
+    padding = torch.tensor([[True, True, False, False, False], [True, True, True, True, False]])[:, None, :]
+    loud = base.clone()
+    loud[..., 2:] += 1000.0  # the hidden keys of the padding mask score far above the visible ones
+    overflow = torch.full_like(base, torch.finfo(dtype()).max / 4)  # e^score overflows: equal scores, near the top
+    overflow[..., 0] = -1e3  # and one far below
+    cases = [
+        (base, full, "a (B, S, S_kv) mask with a row that sees nothing"),
+        (base, padding, "a (B, 1, S_kv) padding mask"),
+        (loud, padding, "scores of the hidden keys 1000 above the visible ones"),
+        (100 * base, full, "scores around ±100"),
+        (overflow, padding, f"scores near the largest {dtype()}"),
+    ]
+    for scores, mask, what in cases:
+        expected, expected_grad, probe = _reference_softmax(scores, mask)  # before the answer runs
+        s = scores.clone().requires_grad_()  # the leaf the gradient is taken for
+        given = s * 1.0  # what the answer gets: a tensor in a graph, as scores are in a model
+        got = call(my_masked_softmax, given, mask.clone())
         got = expect_shape(got, tuple(scores.shape), f"my_masked_softmax(scores, mask) with {what}")
-        expected = masked_softmax(scores, mask)  # (B, S, S_kv)
-        if torch.allclose(got, expected, atol=1e-6):
-            continue
         blind = ~mask.expand_as(scores).any(dim=-1)  # (B, S): rows with no visible key
-        if bool(got.isnan().any()):
-            if bool(got[~blind].isnan().any()):
-                raise Hint(f"NaN in a row that sees some key, with {what}.")
-            raise Hint("a row with no visible key gives NaN: the softmax of a row of -inf is 0/0. Give such rows "
-                       "finite scores before the softmax and set their weights to 0 after it.")
-        if torch.allclose(got, masked_softmax(scores, ~mask), atol=1e-6):
-            raise Hint("True must mean 'may attend': you hid the visible keys and kept the hidden ones.")
-        hidden = ~mask.expand_as(scores)  # (B, S, S_kv)
-        if not bool((got[hidden] == 0).all()):
-            raise Hint(f"a hidden key (mask False) got a non-zero weight, with {what}: set its score to -inf before "
-                       "the softmax (scores.masked_fill(~mask, float('-inf'))).")
-        sums = got.sum(dim=-1)  # (B, S)
-        if not torch.allclose(sums[~blind], torch.ones_like(sums[~blind]), atol=1e-5):
-            raise Hint("the visible weights of a row must sum to 1: hide keys with -inf before the softmax rather "
-                       "than zeroing weights after it.")
-        if bool(blind.any()) and not bool((got[blind] == 0).all()):
-            raise Hint("a row with no visible key must get zero weights.")
-        raise Hint(f"with {what} the weights are off by up to {(got - expected).abs().max().item():.3g}: the "
-                   "softmax runs over the keys, the last axis.")
-    return "hidden keys get 0, each row sums to 1 over its visible keys, and a row that sees nothing gets zeros."
+        if not close(got, expected):
+            if bool(got.isnan().any()):
+                if bool(got[~blind].isnan().any()):
+                    raise Hint(f"NaN in a row that sees some key, with {what}: an exponential overflowed (e^89 is "
+                               "inf in float32, e^710 in float64) or a row's weights all underflowed to 0 before a "
+                               "division (0 / 0). Hide the keys with -inf and let softmax take the exponentials: it "
+                               "subtracts each row's largest score first.")
+                raise Hint("a row with no visible key gives NaN: the softmax of a row of -inf is 0/0. Give such rows "
+                           "finite scores before the softmax and set their weights to 0 after it.")
+            if close(got, masked_softmax(scores, ~mask)):
+                raise Hint("True must mean 'may attend': you hid the visible keys and kept the hidden ones.")
+            hidden = ~mask.expand_as(scores)  # (B, S, S_kv)
+            if bool(((got != 0) & hidden & ~blind[..., None]).any()):  # in a row that sees some key
+                raise Hint(f"a hidden key (mask False) got a non-zero weight, with {what}: set its score to -inf before "
+                           "the softmax (scores.masked_fill(~mask, float('-inf'))); a score of 0 is not hidden.")
+            if bool(blind.any()) and not bool((got[blind] == 0).all()):
+                raise Hint("a row whose keys are all hidden must get zero weights: it sees nothing. Filling the hidden "
+                           "scores with a large negative number (-1e9) instead of -inf gives such a row equal scores, "
+                           f"so uniform weights ({fmt(got[blind][0])}): zero its weights after the softmax.")
+            sums = got.detach().double().sum(dim=-1)  # (B, S)
+            if not torch.allclose(sums[~blind], torch.ones_like(sums[~blind]), atol=1e-5):
+                if bool((sums[~blind] == 0).any()):
+                    raise Hint(f"with {what} a row that sees some key got all-zero weights: the softmax over every "
+                               "key gave its visible keys e^(-1000) = 0 beside the hidden ones, and zeroing the hidden "
+                               "weights then leaves nothing to renormalise. Hide the keys (-inf) before the softmax.")
+                raise Hint("the visible weights of a row must sum to 1: hide keys with -inf before the softmax rather "
+                           "than zeroing weights after it.")
+            raise Hint(f"with {what} the weights are off by up to "
+                       f"{(got.detach().double() - expected).abs().max().item():.3g}: the softmax runs over the keys, "
+                       "the last axis.")
+        if not got.requires_grad:
+            raise Hint("the weights carry no gradient: compute them from the scores with torch operations (no "
+                       ".detach(), .numpy() or torch.no_grad()), so that a model can learn through them.")
+        try:  # anomaly mode: the backward pass stops on a NaN in any step, not only in the scores' gradient
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # "Anomaly Detection has been enabled"
+                with torch.autograd.detect_anomaly(check_nan=True):
+                    (grad,) = torch.autograd.grad((got * probe.to(got.dtype)).sum(), s, allow_unused=True)
+        except RuntimeError as error:
+            if "nan" not in str(error).lower():
+                raise
+            raise Hint(f"the weights are right, but their gradient is NaN with {what}: the softmax of a row of -inf "
+                       "is NaN, and replacing the NaN afterwards (nan_to_num, torch.where) fixes the forward pass "
+                       "only; the NaN still flows back (torch.autograd.detect_anomaly stops on it, and an additive "
+                       "mask lets it reach the scores). Give a row that sees nothing finite scores before the "
+                       "softmax, then zero its weights.") from None
+        grad = torch.zeros_like(s) if grad is None else grad
+        expect_close(grad, expected_grad, f"the gradient of the weights with {what}",
+                     why="Compute the weights with differentiable operations all the way (masked_fill, softmax).")
+    return ("hidden keys get 0, each row sums to 1 over its visible keys, a row that sees nothing gets zeros, and "
+            "the gradient is finite, even when the scores overflow.")

@@ -1,121 +1,285 @@
-"""Graders of the exercises of notebook 03 (multi-head bidirectional attention)."""
+"""Graders for the exercises of notebook 03 (multi-head bidirectional attention)."""
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
-from ._grading import Hint, expect_close, expect_shape, expect_tensor, grader
+from ..bidirectional import BidirectionalAttention
+from ._grading import Hint, call, close, detached, dtype, expect_close, expect_shape, expect_tensor, fmt, grader
 
 __all__ = ["check_03_1", "check_03_2", "check_03_3"]
+
+
+def _interleaved(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """q, k, v (B, NH, S, HS) -> (B, S, 3C) laid out [q0 k0 v0 | q1 k1 v1 | ...]."""
+    B, NH, S, HS = q.shape
+    return torch.stack([q, k, v], dim=3).transpose(1, 2).reshape(B, S, 3 * NH * HS)  # (B, S, NH, 3, HS) flattened
 
 
 @grader("03.1")
 def check_03_1(split_interleaved) -> str:
     """split_interleaved(qkv (B, S, 3C) laid out [q0 k0 v0 | q1 k1 v1 | ...], num_heads) -> q, k, v (B, NH, S, HS)."""
-    B, S, NH, HS = 2, 5, 3, 4
-    gen = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(B, NH, S, HS, generator=gen) for _ in range(3))  # each (B, NH, S, HS)
-    qkv = torch.stack([q, k, v], dim=3).transpose(1, 2).reshape(B, S, 3 * NH * HS)  # (B, S, 3C), heads interleaved
-    got = split_interleaved(qkv.clone(), NH)
-    if not isinstance(got, (tuple, list)) or len(got) != 3:
-        raise Hint("return three tensors, q, k and v (e.g. a tuple, or the result of unbind).")
-    got = [expect_shape(expect_tensor(t, name), (B, NH, S, HS), name) for t, name in zip(got, "qkv", strict=True)]
-    ours = qkv.reshape(B, S, 3, NH, HS).permute(2, 0, 3, 1, 4)  # the main path's [q | k | v] reading
-    if all(torch.equal(g, o) for g, o in zip(got, ours, strict=True)):
-        raise Hint("that reads the [q | k | v] layout of the main path. Here each head's q, k and v sit side by side: "
-                   "the last dimension is (head, part, column), so reshape(B, S, NH, 3, HS).")
-    if torch.equal(got[0], k) or torch.equal(got[0], v):
-        raise Hint("the parts come in the order q, k, v inside each head: q is part 0, k part 1, v part 2.")
-    for g, want, name in zip(got, (q, k, v), ("q", "k", "v"), strict=True):
-        expect_close(g, want, name, atol=0, why="the last dimension is (head, part, column): reshape to "
-                     "(B, S, NH, 3, HS), then move the part first and the heads before the sequence.")
-    return "q, k and v of every head, read from the interleaved layout."
+    g = torch.Generator().manual_seed(1)
+    # no two sizes alike (nor 3, the number of parts), so that an axis taken for another shows in the shape
+    for B, S, NH, HS in [(2, 5, 4, 6), (4, 6, 2, 5), (1, 7, 5, 2)]:
+        q, k, v = torch.randn(3, B, NH, S, HS, generator=g, dtype=dtype()).unbind(0)  # each (B, NH, S, HS)
+        qkv = _interleaved(q, k, v)  # (B, S, 3C)
+        got = call(split_interleaved, qkv, NH)
+        if isinstance(got, Tensor) and got.ndim == 5 and got.shape[0] == 3:
+            got = tuple(got.unbind(0))  # a stacked (3, B, NH, S, HS) unpacks into q, k, v as well
+        if not isinstance(got, tuple | list) or len(got) != 3:
+            raise Hint("return three tensors, q, k and v (e.g. a tuple, or the result of unbind(0)).")
+        got = [expect_tensor(t, name) for t, name in zip(got, "qkv", strict=True)]
+        if all(tuple(t.shape) == (B, S, NH, HS) for t in got):
+            raise Hint(f"q, k and v should be (B, NH, S, HS) = {(B, NH, S, HS)}, got (B, S, NH, HS) = "
+                       f"{(B, S, NH, HS)}: the heads must come before the sequence, so that each head is one "
+                       "(S, HS) problem. Move them with permute (or transpose(1, 2)).")
+        got = [expect_shape(t, (B, NH, S, HS), name) for t, name in zip(got, "qkv", strict=True)]
+        thirds = qkv.reshape(B, S, 3, NH, HS).permute(2, 0, 3, 1, 4)  # the main path's [q | k | v] reading
+        if all(close(t, o) for t, o in zip(got, thirds, strict=True)):
+            raise Hint("that reads the [q | k | v] layout of the main path. Here each head's q, k and v sit side by "
+                       "side: the last dimension is (head, part, column), so reshape(B, S, NH, 3, HS).")
+        if close(got[0], k) or close(got[0], v):
+            raise Hint("the parts come in the order q, k, v inside each head: q is part 0, k part 1, v part 2.")
+        for t, want, name in zip(got, (q, k, v), "qkv", strict=True):
+            expect_close(t, want, name, why=f"For B, S, NH, HS = {B, S, NH, HS} the last dimension of qkv is "
+                         "(head, part, column), HS columns per part: reshape to (B, S, NH, 3, HS), then move the part "
+                         "first and the heads before the sequence. Compare q[0, 1, 0] with qkv[0, 0, 3 * HS:4 * HS].")
+    return "q, k and v of every head, read from the interleaved layout, for any B, S, NH and HS."
 
 
-def _multi_head(x, Wqkv, Wo, num_heads, scale="head", merge="right"):
-    """The reference (and its usual mistakes): multi-head attention from a fused Wqkv, explicit maths."""
+def _multi_head(x: Tensor, Wqkv: nn.Module, Wo: nn.Module | None, num_heads: int, *, split: str = "right",
+                scale: str = "head", softmax_dim: int = -1, merge: str = "right") -> Tensor:
+    """The reference (and its usual mistakes): multi-head attention from a fused Wqkv, maths written out, in float64.
+
+    split: "right" reads [q | k | v] as (part, head, column), then (B, NH, S, HS); "interleaved" reads 03.1's layout
+    (head, part, column); "no_transpose" reshapes each (B, S, C) part straight to (B, NH, S, HS); "heads_last" keeps
+    (B, S, NH, HS), so that the heads attend to one another. scale: "head" √HS, "hidden" √C, "none". merge: "right"
+    transposes to (B, S, NH, HS) before the reshape; "no_transpose" does not. Wo None: the output of the merge."""
     B, S, C = x.shape
     HS = C // num_heads
-    q, k, v = Wqkv(x).reshape(B, S, 3, num_heads, HS).permute(2, 0, 3, 1, 4)  # 3 x (B, NH, S, HS)
+    qkv = Wqkv(x).double()  # (B, S, 3C)
+    if split == "interleaved":
+        q, k, v = qkv.reshape(B, S, num_heads, 3, HS).permute(3, 0, 2, 1, 4)  # 3 x (B, NH, S, HS)
+    elif split == "no_transpose":
+        q, k, v = (t.reshape(B, num_heads, S, HS) for t in qkv.chunk(3, dim=-1))  # tokens and heads mixed up
+    elif split == "heads_last":
+        q, k, v = qkv.reshape(B, S, 3, num_heads, HS).permute(2, 0, 1, 3, 4)  # 3 x (B, S, NH, HS)
+    else:
+        q, k, v = qkv.reshape(B, S, 3, num_heads, HS).permute(2, 0, 3, 1, 4)  # 3 x (B, NH, S, HS)
     divisor = {"head": math.sqrt(HS), "hidden": math.sqrt(C), "none": 1.0}[scale]
-    context = (q @ k.transpose(-2, -1) / divisor).softmax(-1) @ v  # (B, NH, S, HS)
+    context = (q @ k.transpose(-2, -1) / divisor).softmax(dim=softmax_dim) @ v  # (B, NH, S, HS) (or (B, S, NH, HS))
+    if split == "heads_last":
+        context = context.transpose(1, 2)  # (B, NH, S, HS), so that the merge below reads it as usual
     merged = context.transpose(1, 2) if merge == "right" else context  # (B, S, NH, HS) or (B, NH, S, HS)
-    return Wo(merged.reshape(B, S, C))  # (B, S, C)
+    merged = merged.reshape(B, S, C)  # (B, S, C)
+    if Wo is None:
+        return merged
+    return F.linear(merged, Wo.weight.double(), None if Wo.bias is None else Wo.bias.double())  # (B, S, C)
+
+
+# what a mistake in multi-head attention computes, and the hint it gets (tried in this order)
+_MISTAKES_03_2: list[tuple[dict, str]] = [
+    (dict(scale="none"), "the scores are not scaled: divide q·kᵀ by √HS, the square root of the head size, before the "
+                         "softmax."),
+    (dict(scale="hidden"), "the scores are divided by √C; divide by √HS, the head size, the width of the vectors "
+                           "whose dot product forms a score."),
+    (dict(merge="no_transpose"), "the heads were merged without the transpose: context is (B, NH, S, HS), and "
+                                 "reshape(B, S, C) on it puts chunks of one head's sequence in a token's row. "
+                                 "transpose(1, 2) first, to (B, S, NH, HS), then reshape."),
+    (dict(split="no_transpose"), "the heads were split without the transpose: reshape(B, NH, S, HS) straight from "
+                                 "(B, S, C) cuts one head's sequence out of several tokens. reshape(B, S, NH, HS) "
+                                 "first, then transpose(1, 2) (or reshape(B, S, 3, NH, HS) and "
+                                 "permute(2, 0, 3, 1, 4))."),
+    (dict(split="heads_last"), "q, k and v are (B, S, NH, HS), so each token's heads attend to one another instead "
+                               "of each head's tokens: the heads must come before the sequence, (B, NH, S, HS), "
+                               "permute(2, 0, 3, 1, 4) after reshape(B, S, 3, NH, HS)."),
+    (dict(split="interleaved"), "that reads the interleaved layout of exercise 03.1, (head, part, column). Wqkv here "
+                                "is laid out [q | k | v], as in this notebook: reshape(B, S, 3, NH, HS)."),
+    (dict(softmax_dim=-2), "the softmax runs over the queries: it must run over the keys, the last axis of the scores "
+                           "(B, NH, S, S), so that each query's weights sum to 1."),
+    (dict(Wo=None), "the heads are merged but Wo is missing: the output projection mixes the concatenated heads, "
+                    "return Wo(merged)."),
+]
 
 
 @contextlib.contextmanager
-def _written_out():
-    """Inside the block F.scaled_dot_product_attention and every layer of attention_lib refuse to run: the exercise
-    asks for the maths written out."""
+def _written_out(fn: Callable) -> Iterator[None]:
+    """Inside the block F.scaled_dot_product_attention (under whatever name torch.nn.functional or `fn`'s module
+    holds it) and every layer of attention_lib refuse to run: the exercise asks for the maths written out. Everything
+    is put back as it was however the block ends."""
     original = F.scaled_dot_product_attention
 
     def refuse(*args, **kwargs):
         raise Hint("write the attention out (scores, softmax, weighted sum) instead of calling "
-                   "F.scaled_dot_product_attention or a layer of attention_lib")
+                   "F.scaled_dot_product_attention or a layer of attention_lib.")
 
     def refuse_our_layers(module, args):
         if type(module).__module__.startswith("attention_lib."):
             refuse()
 
-    F.scaled_dot_product_attention = refuse
+    spaces = [vars(F), getattr(fn, "__globals__", {})]
+    found = [(space, name) for space in spaces for name, value in list(space.items()) if value is original]
     handle = nn.modules.module.register_module_forward_pre_hook(refuse_our_layers)
     try:
+        for space, name in found:
+            space[name] = refuse
         yield
     finally:
         handle.remove()
-        F.scaled_dot_product_attention = original
+        for space, name in found:
+            space[name] = original
+
+
+def _steep(Wqkv: nn.Linear, num_heads: int, shift: float) -> None:
+    """Add `shift` to every score of every head, the same for every key of a row, in place: coordinate 0 of each head's
+    q and k becomes the constant √(shift·√HS), so that q·k/√HS grows by `shift` and the softmax does not change."""
+    C = Wqkv.in_features
+    HS = C // num_heads
+    big = math.sqrt(shift * math.sqrt(HS))
+    with torch.no_grad():
+        for h in range(num_heads):
+            for row in (h * HS, C + h * HS):  # coordinate 0 of head h in the q third, then in the k third
+                Wqkv.weight[row] = 0.0
+                Wqkv.bias[row] = big
 
 
 @grader("03.2")
 def check_03_2(multi_head_attention) -> str:
-    """multi_head_attention(x (B, S, C), Wqkv, Wo, num_heads) -> (B, S, C)."""
-    B, S, C, NH = 2, 5, 12, 3
-    Wqkv, Wo = nn.Linear(C, 3 * C), nn.Linear(C, C)
-    x = torch.randn(B, S, C)  # (B, S, C)
-    with torch.no_grad(), _written_out():
-        got = multi_head_attention(x.clone(), Wqkv, Wo, NH)
-    got = expect_shape(expect_tensor(got, "the output"), (B, S, C), "the output").detach()
-    with torch.no_grad():
-        expected = _multi_head(x, Wqkv, Wo, NH)  # (B, S, C)
-        mistakes = {
-            ("none", "right"): "the scores are not scaled: divide q·kᵀ by √HS before the softmax.",
-            ("hidden", "right"): "the scores are divided by √C; divide by √HS, the head size, the width of the "
-                                 "vectors whose dot product forms a score.",
-            ("head", "wrong"): "the heads were merged without the transpose: transpose(1, 2) before reshape, or "
-                               "tokens and heads get mixed up.",
-        }
-        for (scale, merge), hint in mistakes.items():
-            if torch.allclose(got, _multi_head(x, Wqkv, Wo, NH, scale, merge), atol=1e-5):
+    """multi_head_attention(x (B, S, C), Wqkv, Wo, num_heads) -> (B, S, C), with the maths written out."""
+    # e^score overflows above 88.7 in float32 and 709.8 in float64: scores shifted beyond that, on every key alike
+    shift = 800.0 if dtype() == torch.float64 else 120.0
+    cases = [  # B, S, C, NH (HS = C // NH): no two sizes alike, so that an axis taken for another shows
+        (2, 5, 12, 3, 0.0, "x (2, 5, 12), 3 heads of 4"),
+        (3, 4, 10, 5, 0.0, "x (3, 4, 10), 5 heads of 2"),
+        (4, 7, 6, 2, 0.0, "x (4, 7, 6), 2 heads of 3"),
+        (2, 5, 12, 3, shift, f"every score {shift:g} higher (e^score overflows in {dtype()})"),
+    ]
+    for B, S, C, NH, steep, what in cases:
+        Wqkv, Wo = nn.Linear(C, 3 * C).to(dtype()), nn.Linear(C, C).to(dtype())
+        if steep:
+            _steep(Wqkv, NH, steep)
+        x = torch.randn(B, S, C, dtype=dtype())  # (B, S, C)
+        ref_Wqkv, ref_Wo = detached(Wqkv), detached(Wo)  # the reference, before the answer runs
+        with torch.no_grad():
+            expected = _multi_head(x, ref_Wqkv, ref_Wo, NH)  # (B, S, C), float64
+            mistakes = []  # (what the mistake computes, its hint)
+            for kw, hint in _MISTAKES_03_2:
+                kw = dict(kw)
+                mistakes.append((_multi_head(x, ref_Wqkv, kw.pop("Wo", ref_Wo), NH, **kw), hint))
+        with _written_out(multi_head_attention):
+            got = call(multi_head_attention, x.clone(), Wqkv, Wo, NH)
+        if isinstance(got, tuple):
+            raise Hint("return only the output (B, S, C), not a tuple.")
+        got = expect_shape(got, (B, S, C), f"the output for {what}")
+        if close(got, expected):
+            continue
+        if bool(got.isnan().any() | got.isinf().any()):
+            raise Hint(f"the output has NaN or inf for {what}: an exponential overflowed (e^score is inf above 88.7 "
+                       "in float32, 709.8 in float64), and inf / inf is NaN. Take scores.softmax(dim=-1): it "
+                       "subtracts each row's largest score first, which changes nothing in the weights.")
+        for wrong, hint in mistakes:
+            if close(got, wrong):
                 raise Hint(hint)
-    expect_close(got, expected, "the output", why="Check each step's shape against the notebook's forward pass: "
-                 "(B, S, 3C) -> (B, S, 3, NH, HS) -> 3 x (B, NH, S, HS), softmax over the last axis.")
-    return "your multi-head attention equals BidirectionalAttention's explicit path."
+        expect_close(got, expected, f"the output for {what}", why="Check each step's shape against the notebook's "
+                     "forward pass: (B, S, 3C) -> (B, S, 3, NH, HS) -> 3 x (B, NH, S, HS), scores / √HS, softmax over "
+                     "the last axis, (B, NH, S, HS) -> (B, S, NH, HS) -> (B, S, C), then Wo.")
+    return "your multi-head attention equals BidirectionalAttention's explicit path, also when e^score overflows."
+
+
+class _MhaCall(NamedTuple):
+    """How the answer called nn.MultiheadAttention: what tells its mistakes apart when the outputs alone do not."""
+
+    need_weights: bool
+    grad: bool  # autograd on
+    training: bool
+    attn_mask: bool  # given
+    key_padding_mask: bool  # given
 
 
 @grader("03.3")
 def check_03_3(torch_attention) -> str:
-    """torch_attention(mha, x (B, S, C), mask (B, S), True = real) -> (B, S, C), as our layer computes it."""
-    B, S, C, NH = 3, 6, 12, 3
-    mha = nn.MultiheadAttention(C, NH, batch_first=True).eval()
-    x = torch.randn(B, S, C)  # (B, S, C)
-    mask = torch.arange(S)[None, :] < torch.tensor([6, 4, 2])[:, None]  # (B, S): True = real token
-    with torch.no_grad():
-        got = torch_attention(mha, x.clone(), mask.clone())
-        expected = mha(x, x, x, key_padding_mask=~mask, need_weights=False)[0]  # (B, S, C)
-        unmasked = mha(x, x, x, need_weights=False)[0]  # (B, S, C)
-    if isinstance(got, tuple):
-        raise Hint("nn.MultiheadAttention returns a pair (output, weights): return only the output, its [0].")
-    got = expect_shape(got, (B, S, C), "the output").detach()
-    if got.isnan().any():
-        raise Hint("the output has NaN: a row whose every key was ignored. key_padding_mask is True where a key "
-                   "must be ignored, the opposite of our mask: pass key_padding_mask=~mask.")
-    if torch.allclose(got, unmasked, atol=1e-5):
-        raise Hint("the padding is not masked: pass the mask as key_padding_mask (inverted: ~mask).")
-    expect_close(got, expected, "the output", why="key_padding_mask is True where a key must be ignored: pass "
-                 "~mask, and call mha(x, x, x, ...) for self-attention.")
-    return "nn.MultiheadAttention with key_padding_mask=~mask computes what our layer computes."
+    """torch_attention(mha, x (B, S, C), mask (B, S), True = real) -> (B, S, C), as our layer computes it: a query
+    that sees no key (a sequence of only padding) gets zero weights, a zero context, so Wo's bias as its output."""
+    # (S, C, NH, lengths), B = len(lengths): no two of B, S, NH, HS, C alike, and in each case a sequence of only
+    # padding, whose queries see no key, beside full and partly padded ones
+    for S, C, NH, lengths in [(5, 8, 2, [5, 2, 0]), (6, 15, 3, [0, 6, 1, 4]), (7, 12, 4, [3, 0])]:
+        B = len(lengths)
+        mha = nn.MultiheadAttention(C, NH, batch_first=True).to(dtype()).eval()
+        with torch.no_grad():  # its biases start at 0: random ones, so that Wo's bias shows where it is the output
+            mha.in_proj_bias.normal_()
+            mha.out_proj.bias.normal_()
+        x = torch.randn(B, S, C, dtype=dtype())  # (B, S, C)
+        mask = torch.arange(S)[None, :] < torch.tensor(lengths)[:, None]  # (B, S): True = real token
+        seen = mask.any(dim=-1)  # (B,): the sequences with a real token
+        theirs = detached(mha)  # the references, before the answer runs
+        with torch.no_grad():
+            expected = BidirectionalAttention.from_torch(theirs)(x, mask)  # (B, S, C): what our layer computes
+        with torch.enable_grad():  # off nn.MultiheadAttention's fast path, with need_weights=False: no NaN
+            not_inverted = theirs(x, x, x, key_padding_mask=mask, need_weights=False)[0].detach()  # (B, S, C)
+            unmasked = theirs(x, x, x, need_weights=False)[0].detach()  # (B, S, C)
+        calls: list[_MhaCall] = []  # every call of mha by the answer
+
+        def record(module, args, kwargs, calls=calls):
+            bound = inspect.signature(module.forward).bind(*args, **kwargs)
+            bound.apply_defaults()
+            a = bound.arguments
+            calls.append(_MhaCall(bool(a["need_weights"]), torch.is_grad_enabled(), module.training,
+                                  a["attn_mask"] is not None, a["key_padding_mask"] is not None))
+
+        handle = mha.register_forward_pre_hook(record, with_kwargs=True)
+        try:
+            with torch.enable_grad():  # as in a model being trained: the grader runs your code with autograd on
+                got = call(torch_attention, mha, x.clone(), mask.clone())
+        except Exception as raised:  # only the learner's own error gets this hint
+            if getattr(raised, "error", None) is None or not any(c.attn_mask and not c.key_padding_mask for c in calls):
+                raise
+            raise Hint("attn_mask is a mask of (query, key) pairs, (S, S) or (B·NH, S, S); a padding mask (B, S) "
+                       "goes in key_padding_mask, inverted (True = ignore): key_padding_mask=~mask.") from None
+        finally:
+            handle.remove()
+        if isinstance(got, tuple):
+            raise Hint("nn.MultiheadAttention returns a pair (output, weights): return only the output, its [0].")
+        got = expect_shape(got, (B, S, C), "the output")
+        nan_rows = got.detach().isnan().any(dim=-1)  # (B, S)
+        if bool(nan_rows.any()):
+            where = f"sequence {int(nan_rows.any(-1).nonzero()[0])} (lengths {lengths})"
+            if any(c.need_weights for c in calls):
+                raise Hint(f"the output has NaN in {where}: with need_weights=True, its default, "
+                           "nn.MultiheadAttention computes the weights too, and a query that sees no key (a sequence "
+                           "of only padding) gets NaN. Our layer gives such a query zero weights, so its output is "
+                           "Wo's bias: pass need_weights=False, which computes that (Appendix C).")
+            if any(not c.grad and not c.training for c in calls):
+                raise Hint(f"the output has NaN in {where}: your call ran under torch.no_grad() with mha in eval "
+                           "mode, nn.MultiheadAttention's inference fast path, which gives NaN to a query that sees "
+                           "no key (a sequence of only padding; Appendix C). Off the fast path need_weights=False "
+                           "gives it Wo's bias, as our layer does: leave autograd as your caller has it.")
+        if close(got, expected):
+            continue
+        if close(got[mask], not_inverted[mask]):
+            raise Hint("key_padding_mask is True where a key must be ignored, the opposite of our mask (True = real "
+                       "token): pass key_padding_mask=~mask.")
+        if close(got[mask], unmasked[mask]):
+            raise Hint("the padding is not masked: the real tokens still attend to the padding keys. Hiding keys is "
+                       "what key_padding_mask does (inverted: ~mask); changing the output afterwards hides nothing.")
+        if bool((got[~mask] == 0).all()) and close(got[mask], expected[mask]):
+            raise Hint(f"the outputs of the padding queries are 0 (lengths {lengths}), but our layer computes a "
+                       "padding query like any other: it attends to the real keys of its sequence (with none, its "
+                       "output is Wo's bias). The mask hides keys, not queries: don't zero the outputs.")
+        if close(got[seen], expected[seen]) and bool((got[~seen] == 0).all()):
+            raise Hint(f"the sequence of only padding gives 0, but our layer gives each of its queries zero "
+                       f"weights and a zero context, so Wo's bias, mha.out_proj.bias = {fmt(mha.out_proj.bias[:3])}"
+                       "...: replacing NaN by 0 after the output projection drops the bias. need_weights=False "
+                       "gives no NaN in the first place (Appendix C).")
+        expect_close(got, expected, "the output", why="key_padding_mask is True where a key must be ignored: pass "
+                     "~mask, need_weights=False, and call mha(x, x, x, ...) for self-attention.")
+    return ("nn.MultiheadAttention with key_padding_mask=~mask and need_weights=False computes what our layer "
+            "computes, also for a sequence of only padding (Wo's bias).")
