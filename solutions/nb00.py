@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import torch
 
 from attention_lib import causal_mask, padding_mask
@@ -35,6 +36,17 @@ def bank_query_row():
 
 def bank_query_nan():
     return torch.tensor([0.0, float("nan"), 0.0, 0.0])
+
+
+def bank_query_against_money():
+    return torch.tensor([0.0, -3.0, 0.0, 0.0])  # the sign flipped: loan scores -4.5, the four others tie at 0
+
+
+def bank_query_changing_the_keys():
+    from attention_lib.exercises import nb00
+
+    nb00.LOAN_KEYS[4] = torch.tensor([0.0, 100.0, 0.0, 0.0])  # makes the task easy by changing the sentence
+    return torch.tensor([0.0, 1.0, 0.0, 0.0])
 
 
 # --- 00.2: attention in three lines ---------------------------------------------------------------------------------
@@ -82,6 +94,18 @@ def attention_mixes_keys(q, k, v):
     return (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=-1) @ k  # the keys mixed, not the values
 
 
+def attention_through_numpy(q, k, v):
+    q, k, v = (t.detach().numpy() for t in (q, k, v))  # numpy's arithmetic: right numbers, no gradient
+    scores = q @ k.swapaxes(-2, -1) / math.sqrt(q.shape[-1])
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return torch.from_numpy(weights / weights.sum(axis=-1, keepdims=True) @ v)
+
+
+def attention_weights_detached(q, k, v):
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))).softmax(dim=-1)
+    return weights.detach() @ v  # the gradient reaches v only: q and k never learn
+
+
 # --- 00.3: the mask of a decoder ------------------------------------------------------------------------------------
 
 
@@ -122,6 +146,11 @@ def decoder_mask_strict_triangle(lengths, S):
 
 def decoder_mask_one_short(lengths, S):
     return padding_mask([n - 1 for n in lengths], seq_len=S)[:, None, :] & causal_mask(S)  # the last real token hidden
+
+
+def decoder_mask_sorting_lengths(lengths, S):
+    lengths.sort(reverse=True)  # sorts the caller's list in place
+    return padding_mask(lengths, seq_len=S)[:, None, :] & causal_mask(S)
 
 
 def decoder_mask_padded_rows_half_done(lengths, S):
@@ -183,8 +212,27 @@ def masked_softmax_minus_1e9(scores, mask):
     return scores.masked_fill(~mask, -1e9).softmax(dim=-1)  # a row that sees nothing gets uniform weights
 
 
+def masked_softmax_additive_minus_1e9(scores, mask):
+    return (scores - 1e9 * (~mask)).softmax(dim=-1)  # a blind row keeps its scores' differences in float64
+
+
+def masked_softmax_minus_1e4(scores, mask):
+    sees_something = mask.any(dim=-1, keepdim=True)
+    return scores.masked_fill(~mask, -1e4).softmax(dim=-1) * sees_something  # hides nothing below -1e4
+
+
+def masked_softmax_minus_100(scores, mask):
+    sees_something = mask.any(dim=-1, keepdim=True)
+    return torch.where(sees_something, scores.masked_fill(~mask, -100.0).softmax(dim=-1), 0.0)
+
+
 def masked_softmax_multiplied(scores, mask):
     return (scores * mask).softmax(dim=-1)  # a hidden score of 0 still gets e^0
+
+
+def masked_softmax_ignoring_the_mask(scores, mask):
+    sees_something = mask.any(dim=-1, keepdim=True)
+    return scores.softmax(dim=-1) * sees_something  # blind rows zeroed, but no key hidden in the others
 
 
 def masked_softmax_detached(scores, mask):
@@ -210,6 +258,8 @@ WRONG = {
         (bank_query_money_weak, "largest weight but only 0.53"),
         (bank_query_row, "shape (4,)"),
         (bank_query_nan, "NaN weights"),
+        (bank_query_against_money, "looks equally at 'the', 'bank', 'gave' and 'a'"),
+        (bank_query_changing_the_keys, "changed LOAN_KEYS"),
     ],
     "check_00_2": [
         (attention_without_scale, "forgot to scale"),
@@ -221,6 +271,8 @@ WRONG = {
         (attention_with_weights, "not a tuple"),
         (attention_returns_weights, "one row per query"),
         (attention_mixes_keys, "off by up to"),
+        (attention_through_numpy, "carries no gradient"),
+        (attention_weights_detached, "is right, but its gradient is off by up to"),
     ],
     "check_00_3": [
         (decoder_mask_inverted, "opposite of the convention"),
@@ -231,6 +283,7 @@ WRONG = {
         (decoder_mask_as_ints, "torch.bool"),
         (decoder_mask_strict_triangle, "no real token sees itself"),
         (decoder_mask_one_short, "misses a real key"),
+        (decoder_mask_sorting_lengths, "changed its input `lengths` in place"),
     ],
     "check_00_4": [
         (masked_softmax_with_nan, "gives NaN"),
@@ -238,10 +291,14 @@ WRONG = {
         (masked_softmax_zeroed_after, "must sum to 1"),
         (masked_softmax_renormalised_after_exp, "an exponential overflowed"),
         (masked_softmax_renormalised_after_softmax, "all-zero weights"),
-        (masked_softmax_nan_to_num, "gradient is NaN"),
-        (masked_softmax_where_isnan, "gradient is NaN"),
+        (masked_softmax_nan_to_num, "the backward pass goes through NaN"),
+        (masked_softmax_where_isnan, "the backward pass goes through NaN"),
         (masked_softmax_in_place, "changed its input `scores` in place"),
-        (masked_softmax_minus_1e9, "(-1e9)"),
+        (masked_softmax_minus_1e9, "A large negative fill instead of -inf gives such a row weights that sum to 1"),
+        (masked_softmax_additive_minus_1e9, "must get zero weights"),
+        (masked_softmax_minus_1e4, "a finite fill such as -1e4 or -100"),
+        (masked_softmax_minus_100, "a finite fill such as -1e4 or -100"),
+        (masked_softmax_ignoring_the_mask, "set its score to -inf before the softmax"),
         (masked_softmax_detached, "carry no gradient"),
         (masked_softmax_multiplied, "a score of 0 is not hidden"),
         (masked_softmax_rescaled, "off by up to"),

@@ -151,6 +151,14 @@ def fuse_into_W_q(W_q, W_k, W_v):
     return W_q
 
 
+def fuse_biases_reversed(W_q, W_k, W_v):
+    fused = fuse(W_q, W_k, W_v)
+    if W_q.bias is not None:
+        with torch.no_grad():
+            fused.bias.copy_(torch.cat([W_v.bias, W_k.bias, W_q.bias]))  # the weight [q | k | v], the bias [v | k | q]
+    return fused
+
+
 def fuse_interleaved(W_q, W_k, W_v):
     C, HS = W_q.in_features, W_q.out_features
     fused = nn.Linear(C, 3 * HS, bias=W_q.bias is not None)
@@ -265,6 +273,7 @@ WRONG = {
         (fuse_into_a_copy_of_W_q, "out_features=3"),
         (fuse_into_W_q, "changed the weights of `W_q` in place"),
         (fuse_interleaved, "interleaved"),
+        (fuse_biases_reversed, "the biases are in the order [v | k | q]"),
         (fuse_copy_paste, "differs from [W_q(x) | W_k(x) | W_v(x)]"),
     ],
     "check_01_3": [

@@ -44,6 +44,14 @@ def split_qkv_off_by_one(qkv, head_size):
     return q, k, qkv[..., 2 * head_size + 1 :]  # v loses its first feature
 
 
+def split_qkv_three_first(qkv, head_size):
+    return qkv.reshape(3, *qkv.shape[:-1], head_size).unbind(0)  # (3, B, S, HS): cuts memory, not each token's row
+
+
+def split_qkv_detached(qkv, head_size):
+    return tuple(t.detach() for t in qkv.split(head_size, dim=-1))  # right numbers, cut from the graph
+
+
 # --- 02.2: the forward pass as one function ------------------------------------------------------------------------
 
 
@@ -193,6 +201,18 @@ def forward_mixes_keys(x, Wqkv, Wo, mask=None):
     q, k, v = Wqkv(x).split(HS, dim=-1)
     scores = q @ k.transpose(-2, -1) / math.sqrt(HS)
     return Wo(masked_softmax(scores, None if mask is None else mask[:, None, :]) @ k)  # the keys, not the values
+
+
+def forward_under_no_grad(x, Wqkv, Wo, mask=None):
+    with torch.no_grad():  # right numbers, but nothing for training to follow back
+        return forward(x, Wqkv, Wo, mask)
+
+
+def forward_detaching_qkv(x, Wqkv, Wo, mask=None):
+    HS = Wo.in_features
+    q, k, v = Wqkv(x).detach().split(HS, dim=-1)  # cut from the graph: Wqkv and x get no gradient
+    scores = q @ k.transpose(-2, -1) / math.sqrt(HS)
+    return Wo(masked_softmax(scores, None if mask is None else mask[:, None, :]) @ v)
 
 
 # --- 02.3: your own attention path ---------------------------------------------------------------------------------
@@ -361,6 +381,16 @@ def einsum_attention_returns_scores(q, k, v, *, mask, bias, scale, dropout_p, is
     return context, torch.einsum("...id,...jd->...ij", q, k) * scale  # the scores, not the weights
 
 
+def einsum_attention_context_detached(q, k, v, **kwargs):
+    context, weights = einsum_attention(q, k, v, **kwargs)
+    return context.detach(), weights  # right numbers, cut from the graph
+
+
+def einsum_attention_bias_detached(q, k, v, *, mask, bias, scale, dropout_p, is_causal):
+    bias = None if bias is None else bias.detach()  # a learned bias (ALiBi's slopes, a relative bias) gets no gradient
+    return einsum_attention(q, k, v, mask=mask, bias=bias, scale=scale, dropout_p=dropout_p, is_causal=is_causal)
+
+
 SOLUTIONS = {"check_02_1": split_qkv, "check_02_2": forward, "check_02_3": einsum_attention}
 
 WRONG = {
@@ -372,6 +402,9 @@ WRONG = {
         (split_qkv_notebook_sizes, "not from the notebook's B, S and HS"),
         (split_qkv_with_view, "use .reshape"),
         (split_qkv_off_by_one, "it has 3 features per token"),
+        (split_qkv_three_first, "q of token 1 of sequence 0 holds the numbers at positions [4, 5, 6, 7] of the row of "
+                                "token 0"),
+        (split_qkv_detached, "carries no gradient"),
     ],
     "check_02_2": [
         (forward_without_scale, "forgot to scale"),
@@ -395,6 +428,8 @@ WRONG = {
         (forward_returns_weights, "not a tuple"),
         (forward_scaling_wqkv_in_place, "changed the weights of `Wqkv` in place"),
         (forward_mixes_keys, "off by up to"),
+        (forward_under_no_grad, "carries no gradient"),
+        (forward_detaching_qkv, "is right, but its gradient is off by up to"),
     ],
     "check_02_3": [
         (einsum_attention_ignoring_the_mask, "hide the keys where the mask is False"),
@@ -418,5 +453,7 @@ WRONG = {
         (einsum_attention_context_only, "returns a pair"),
         (einsum_attention_weights_first, "the context first"),
         (einsum_attention_returns_scores, "the weights with no mask"),
+        (einsum_attention_context_detached, "carries no gradient"),
+        (einsum_attention_bias_detached, "with a bias (1, S, S_kv) is right, but its gradient is off by up to"),
     ],
 }

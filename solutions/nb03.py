@@ -3,6 +3,7 @@
 import math
 
 import torch
+from torch import nn
 from torch.nn.functional import scaled_dot_product_attention
 
 # --- 03.1: another fused layout -------------------------------------------------------------------------------------
@@ -99,6 +100,29 @@ def mha_through_our_layer(x, Wqkv, Wo, num_heads):
     layer.Wo.load_state_dict(Wo.state_dict())
     layer.attn_impl = "explicit"  # not even SDPA: the grader must still notice the layer
     return layer(x)
+
+
+def mha_through_torch_functional(x, Wqkv, Wo, num_heads):
+    xt = x.transpose(0, 1)  # (S, B, C): the function's own layout
+    out, _ = torch.nn.functional.multi_head_attention_forward(
+        xt, xt, xt, x.shape[-1], num_heads, Wqkv.weight, Wqkv.bias, None, None, False, 0.0, Wo.weight, Wo.bias,
+        need_weights=False)
+    return out.transpose(0, 1)
+
+
+def mha_through_torch_module(x, Wqkv, Wo, num_heads):
+    mha = nn.MultiheadAttention(x.shape[-1], num_heads, batch_first=True, dtype=x.dtype)  # a fresh module
+    with torch.no_grad():  # a copy of the weights: Wqkv and Wo would never learn through it either
+        mha.in_proj_weight.copy_(Wqkv.weight)
+        mha.in_proj_bias.copy_(Wqkv.bias)
+        mha.out_proj.weight.copy_(Wo.weight)
+        mha.out_proj.bias.copy_(Wo.bias)
+    return mha(x, x, x, need_weights=False)[0]
+
+
+def mha_under_no_grad(x, Wqkv, Wo, num_heads):
+    with torch.no_grad():  # right numbers, but nothing for training to follow back
+        return multi_head_attention(x, Wqkv, Wo, num_heads)
 
 
 def mha_split_without_transpose(x, Wqkv, Wo, num_heads):
@@ -210,6 +234,21 @@ def torch_attention_attn_mask(mha, x, mask):
     return mha(x, x, x, attn_mask=~mask, need_weights=False)[0]  # a (B, S) mask where (S, S) pairs are expected
 
 
+def torch_attention_rows_patched(mha, x, mask):
+    out = mha(x, x, x, key_padding_mask=~mask)[0]  # need_weights=True: NaN in a sequence of only padding
+    blind = ~mask.any(dim=-1)  # (B,): the sequences whose queries see no key
+    return torch.where(blind[:, None, None], mha.out_proj.bias.expand_as(out), out)  # right numbers, NaN gradients
+
+
+def torch_attention_nan_replaced_by_bias(mha, x, mask):
+    out = mha(x, x, x, key_padding_mask=~mask)[0]
+    return torch.where(out.isnan(), mha.out_proj.bias.expand_as(out), out)  # the same, found by its NaN
+
+
+def torch_attention_float_mask(mha, x, mask):
+    return mha(x, x, x, key_padding_mask=(~mask).float(), need_weights=False)[0]  # adds 1 to padding, hides none
+
+
 SOLUTIONS = {
     "check_03_1": split_interleaved,
     "check_03_2": multi_head_attention,
@@ -232,6 +271,9 @@ WRONG = {
         (mha_through_sdpa, "write the attention out"),
         (mha_through_imported_sdpa, "write the attention out"),
         (mha_through_our_layer, "a layer of attention_lib"),
+        (mha_through_torch_functional, "write the attention out"),
+        (mha_through_torch_module, "nn.MultiheadAttention (or its F.multi_head_attention_forward)"),
+        (mha_under_no_grad, "carries no gradient"),
         (mha_split_without_transpose, "split without the transpose"),
         (mha_heads_after_sequence, "heads attend to one another"),
         (mha_interleaved_layout, "interleaved layout of exercise 03.1"),
@@ -251,5 +293,8 @@ WRONG = {
         (torch_attention_padding_zeroed, "don't zero the outputs"),
         (torch_attention_outputs_masked, "not masked"),
         (torch_attention_attn_mask, "goes in key_padding_mask"),
+        (torch_attention_rows_patched, "the output is right, but its gradient has NaN"),
+        (torch_attention_nan_replaced_by_bias, "the output is right, but its gradient has NaN"),
+        (torch_attention_float_mask, "a float key_padding_mask is added to the scores"),
     ],
 }

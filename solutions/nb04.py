@@ -2,7 +2,7 @@
 
 import torch
 
-from attention_lib import causal_mask
+from attention_lib import causal_mask, masks
 
 # --- 04.1: average the past -----------------------------------------------------------------------------------------
 
@@ -42,6 +42,10 @@ def average_by_softmax_of_the_triangle(x):
 def average_along_the_features(x):
     C = x.shape[-1]
     return x.cumsum(dim=-1) / torch.arange(1, C + 1, dtype=x.dtype)  # the cumulative mean of the wrong axis
+
+
+def average_detached(x):
+    return average_past(x.detach())  # right numbers, no gradient for the layers before it
 
 
 def average_in_place(x):
@@ -94,6 +98,10 @@ def decode_mask_cache_hidden(S_new, S_total):
     return torch.cat([torch.zeros(S_new, S_total - S_new, dtype=torch.bool), new], dim=1)  # the cached keys hidden
 
 
+def decode_mask_from_the_triangle_helper(S_new, S_total):
+    return masks._lower_triangle(S_new, S_total)  # the package's triangle, behind causal_mask
+
+
 def decode_mask_with_batch_axis(S_new, S_total):
     return decode_mask(S_new, S_total)[None]  # (1, S_new, S_total), causal_mask's shape
 
@@ -133,6 +141,10 @@ def next_positions_from_clamped_ids(mask, S_new):
 def next_positions_last_id(mask, S_new):
     position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
     return position_ids[:, -1:] + torch.arange(S_new)  # the last id itself, not the next
+
+
+def next_positions_as_uint8(mask, S_new):
+    return (mask.sum(-1, keepdim=True) + torch.arange(S_new)).to(torch.uint8)  # nn.Embedding refuses uint8
 
 
 def next_positions_counting_padding(mask, S_new):
@@ -224,6 +236,11 @@ def generate_with_gradients(layer, prompt, steps):
     return outs
 
 
+def generate_in_training_mode(layer, prompt, steps):
+    layer.train()  # leaves the caller's layer in training mode: its dropout would be on from now on
+    return generate(layer, prompt, steps)
+
+
 def generate_new_outputs_only(layer, prompt, steps):
     with torch.no_grad():
         cache = layer.new_cache(1)
@@ -280,6 +297,7 @@ WRONG = {
         (average_by_softmax_of_the_triangle, "e^0 = 1"),
         (average_along_the_features, "along the features"),
         (average_in_place, "changed its input `x` in place"),
+        (average_detached, "carries no gradient"),
     ],
     "check_04_2": [
         (decode_mask_top_left, "top left"),
@@ -292,6 +310,7 @@ WRONG = {
         (decode_mask_upper, "its future"),
         (decode_mask_cache_hidden, "misses a key of its past"),
         (decode_mask_with_batch_axis, "should have shape (2, 7)"),
+        (decode_mask_from_the_triangle_helper, "the package's triangle behind it (_lower_triangle)"),
     ],
     "check_04_3": [
         (next_positions_columns, "columns"),
@@ -302,6 +321,7 @@ WRONG = {
         (next_positions_from_clamped_ids, "no real token yet"),
         (next_positions_last_id, "its last position id is n - 1"),
         (next_positions_counting_padding, "counts each row's padding"),
+        (next_positions_as_uint8, "nn.Embedding takes torch.long (or torch.int32) indices only"),
         (next_positions_from_zero, "should be [[5, 6], [3, 4], [0, 1], [4, 5]]"),
     ],
     "check_04_4": [
@@ -317,5 +337,6 @@ WRONG = {
         (generate_returning_inputs, "returned the inputs"),
         (generate_as_a_list, "return one tensor"),
         (generate_with_residual, "with nothing added or changed"),
+        (generate_in_training_mode, "changed the train/eval mode of `layer`"),
     ],
 }

@@ -157,6 +157,30 @@ def cross_attention_Wq_on_context(x, context, Wq, Wkv, Wo, num_heads, context_ma
     return cross_attention(context, x, Wq, Wkv, Wo, num_heads, context_mask)  # the two inputs taken for each other
 
 
+def cross_attention_mask_from_lengths(x, context, Wq, Wkv, Wo, num_heads, context_mask):
+    lengths = context_mask.sum(dim=-1)  # (B,): the number of real tokens, taken to be the first ones
+    rebuilt = torch.arange(context.shape[1]) < lengths[:, None]  # (B, S_kv): wrong for left padding and holes
+    return cross_attention(x, context, Wq, Wkv, Wo, num_heads, rebuilt)
+
+
+def cross_attention_minus_1e4(x, context, Wq, Wkv, Wo, num_heads, context_mask):
+    return _explicit(x, context, Wq, Wkv, Wo, num_heads, context_mask, fill=-1e4)  # uniform over the padding
+
+
+def cross_attention_without_gradients(x, context, Wq, Wkv, Wo, num_heads, context_mask):
+    with torch.no_grad():  # right numbers, but a model could not learn through them
+        return cross_attention(x, context, Wq, Wkv, Wo, num_heads, context_mask)
+
+
+def cross_attention_detached_context(x, context, Wq, Wkv, Wo, num_heads, context_mask):
+    return cross_attention(x, context.detach(), Wq, Wkv, Wo, num_heads, context_mask)  # the encoder learns nothing
+
+
+def cross_attention_nan_replaced_by_the_bias(x, context, Wq, Wkv, Wo, num_heads, context_mask):
+    out = _explicit(x, context, Wq, Wkv, Wo, num_heads, context_mask)  # NaN where the context is all padding
+    return torch.where(out.isnan(), Wo.bias, out)  # right numbers; the NaN is still in the graph
+
+
 def cross_attention_zeroing_the_padding_in_place(x, context, Wq, Wkv, Wo, num_heads, context_mask):
     context[~context_mask] = 0.0  # "masks" the padded tokens by changing the caller's context
     return cross_attention(x, context, Wq, Wkv, Wo, num_heads, context_mask)
@@ -230,9 +254,28 @@ def post_norm_block_in_place(block, x, context):
     return block.norm3(x + block.ffn(x))
 
 
+def post_norm_block_default_eps(block, x, context):
+    def norm(n, h):  # F.layer_norm's eps is 1e-5 unless given: the block's norms may have another
+        return F.layer_norm(h, n.normalized_shape, n.weight, n.bias)
+
+    x = norm(block.norm1, x + block.self_attn(x))
+    x = norm(block.norm2, x + block.cross_attn(x, context))
+    return norm(block.norm3, x + block.ffn(x))
+
+
+def post_norm_block_without_gradients(block, x, context):
+    with torch.no_grad():  # right numbers, but no weight of the block could learn through them
+        return post_norm_block(block, x, context)
+
+
+def post_norm_block_detached_context(block, x, context):
+    return post_norm_block(block, x, context.detach())  # the encoder below would never learn
+
+
 # --- 05.3: generate through a stack ---------------------------------------------------------------------------------
 
 
+@torch.no_grad()  # a cache keeps keys and values without gradients: generation runs without them
 def decode_stack(blocks, x, context):
     caches = [block.new_cache(len(x)) for block in blocks]  # one KV cache per block
     kvs = [block.cross_attn.project_context(context) for block in blocks]  # the context projected once per block
@@ -245,6 +288,11 @@ def decode_stack(blocks, x, context):
     return torch.cat(outs, dim=1)  # (B, S, C)
 
 
+def decode_stack_with_gradients(blocks, x, context):
+    return decode_stack.__wrapped__(blocks, x, context)  # the same loop, without torch.no_grad()
+
+
+@torch.no_grad()
 def decode_stack_projecting_every_step(blocks, x, context):
     caches = [block.new_cache(len(x)) for block in blocks]
     outs = []
@@ -262,11 +310,13 @@ def decode_stack_whole_sequence(blocks, x, context):
     return x
 
 
+@torch.no_grad()
 def decode_stack_last_block_only(blocks, x, context):
     cache, kv = blocks[-1].new_cache(len(x)), blocks[-1].cross_attn.project_context(context)
     return torch.cat([blocks[-1].decode(x[:, t : t + 1], cache, kv) for t in range(x.shape[1])], dim=1)
 
 
+@torch.no_grad()
 def decode_stack_layer_by_layer(blocks, x, context):
     h = x
     for block in blocks:  # the blocks outside, the tokens inside: block 2 waits for every token of block 1
@@ -279,6 +329,7 @@ def decode_stack_reversed(blocks, x, context):
     return decode_stack(blocks[::-1], x, context)  # the last block first
 
 
+@torch.no_grad()
 def decode_stack_shared_cache(blocks, x, context):
     cache = blocks[0].new_cache(len(x))  # one cache for the whole stack
     kvs = [block.cross_attn.project_context(context) for block in blocks]
@@ -302,6 +353,7 @@ def decode_stack_without_cache(blocks, x, context):
     return torch.cat(outs, dim=1)
 
 
+@torch.no_grad()
 def decode_stack_fresh_cache_each_step(blocks, x, context):
     kvs = [block.cross_attn.project_context(context) for block in blocks]
     outs = []
@@ -313,6 +365,7 @@ def decode_stack_fresh_cache_each_step(blocks, x, context):
     return torch.cat(outs, dim=1)
 
 
+@torch.no_grad()
 def decode_stack_first_projection_for_all(blocks, x, context):
     caches = [block.new_cache(len(x)) for block in blocks]
     kv = blocks[0].cross_attn.project_context(context)  # the first block's keys and values, given to every block
@@ -325,6 +378,7 @@ def decode_stack_first_projection_for_all(blocks, x, context):
     return torch.cat(outs, dim=1)
 
 
+@torch.no_grad()
 def decode_stack_not_chained(blocks, x, context):
     caches = [block.new_cache(len(x)) for block in blocks]
     kvs = [block.cross_attn.project_context(context) for block in blocks]
@@ -346,6 +400,7 @@ def decode_stack_regrowing_prefix(blocks, x, context):
     return torch.cat(outs, dim=1)
 
 
+@torch.no_grad()
 def decode_stack_feeding_outputs_back(blocks, x, context):
     caches = [block.new_cache(len(x)) for block in blocks]
     kvs = [block.cross_attn.project_context(context) for block in blocks]
@@ -357,6 +412,7 @@ def decode_stack_feeding_outputs_back(blocks, x, context):
     return torch.cat(outs, dim=1)
 
 
+@torch.no_grad()
 def decode_stack_writing_into_x(blocks, x, context):
     caches = [block.new_cache(len(x)) for block in blocks]
     kvs = [block.cross_attn.project_context(context) for block in blocks]
@@ -397,6 +453,11 @@ WRONG = {
         (cross_attention_kv_reshaped_with_S, "A reshape does not fit"),
         (cross_attention_Wq_on_context, "Wq reads x"),
         (cross_attention_zeroing_the_padding_in_place, "changed its input `context` in place"),
+        (cross_attention_mask_from_lengths, "you rebuilt the mask from the number of real tokens"),
+        (cross_attention_minus_1e4, "a large negative number rather than -inf"),
+        (cross_attention_without_gradients, "carries no gradient"),
+        (cross_attention_detached_context, "is cut from the graph"),
+        (cross_attention_nan_replaced_by_the_bias, "its gradient has NaN or inf"),
     ],
     "check_05_2": [
         (post_norm_block_as_pre_norm, "pre-norm block"),
@@ -409,6 +470,9 @@ WRONG = {
         (post_norm_block_norm1_everywhere, "every step uses norm1"),
         (post_norm_block_normalised_context, "the context went through norm2"),
         (post_norm_block_in_place, "changed its input `x` in place"),
+        (post_norm_block_default_eps, "your layer norm does not use the norms' own eps"),
+        (post_norm_block_without_gradients, "carries no gradient"),
+        (post_norm_block_detached_context, "is cut from the graph"),
     ],
     "check_05_3": [
         (decode_stack_projecting_every_step, "It does not change between steps"),
@@ -424,5 +488,6 @@ WRONG = {
         (decode_stack_regrowing_prefix, "tokens per call"),
         (decode_stack_feeding_outputs_back, "other than token 1 of x"),
         (decode_stack_writing_into_x, "changed its input `x` in place"),
+        (decode_stack_with_gradients, "your code raised RuntimeError: a cache keeps keys and values without gradients"),
     ],
 }

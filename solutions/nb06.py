@@ -100,6 +100,11 @@ def mask_of_never_empty(S, pad):
     return ((j <= i) & (j >= pad)) | (i == j)  # every query sees itself, so that no row is empty
 
 
+def mask_of_inverted(S, pad):
+    i, j = _ij(S)
+    return (j > i) | (j < pad)  # True where hidden: the convention of nn.MultiheadAttention's masks
+
+
 # --- 06.3: row entropy ----------------------------------------------------------------------------------------------
 
 
@@ -145,6 +150,14 @@ def row_entropy_eps(weights):
     return -(weights * (weights + 1e-4).log()).sum(-1)  # an epsilon inside the log: off by about 1e-4 per key
 
 
+def row_entropy_eps_1e6(weights):
+    return -(weights * (weights + 1e-6).log()).sum(-1)  # off by S_kv · 1e-6: visible over 4096 keys
+
+
+def row_entropy_clamped_at_1e3(weights):
+    return -(weights * weights.clamp_min(1e-3).log()).sum(-1)  # every weight below 1e-3 measured as 1e-3
+
+
 def row_entropy_categorical(weights):
     return torch.distributions.Categorical(probs=weights).entropy()  # refuses a zero row
 
@@ -172,6 +185,7 @@ WRONG = {
         (mask_of_one_pad_too_many, "hides 3 keys"),
         (mask_of_padded_rows, "attend to a [PAD] key"),
         (mask_of_never_empty, "attend to a [PAD] key"),
+        (mask_of_inverted, "the picture's mask inverted"),
     ],
     "check_06_3": [
         (row_entropy_nan, "NaN in rows that see some key"),
@@ -184,5 +198,7 @@ WRONG = {
         (row_entropy_clamped_in_place, "changed its input `weights` in place"),
         (row_entropy_eps, "ln(w + eps)"),
         (row_entropy_categorical, "Categorical(probs=w) refuses these weights"),
+        (row_entropy_eps_1e6, "ln(w + eps) with eps = 1e-06"),
+        (row_entropy_clamped_at_1e3, "At the worst entry, head 1 and query 3"),
     ],
 }

@@ -85,6 +85,12 @@ def merge_returns_l_only(m1, l1, m2, l2):
     return l1 * torch.exp(m1 - m_safe) + l2 * torch.exp(m2 - m_safe)  # the caller needs m too
 
 
+def merge_base_2(m1, l1, m2, l2):
+    m = torch.maximum(m1, m2)
+    m_safe = m.masked_fill(m == float("-inf"), 0.0)
+    return m, l1 * torch.exp2(m1 - m_safe) + l2 * torch.exp2(m2 - m_safe)  # the base of FlashAttention's kernels
+
+
 def merge_in_place(m1, l1, m2, l2):
     m = torch.maximum(m1, m2)
     m_safe = m.masked_fill(m == float("-inf"), 0.0)
@@ -186,14 +192,32 @@ def window_key_blocks_to_the_end(i0, i1, S, S_kv, block_size, window):
     return list(range(lo // block_size * block_size, S_kv, block_size))  # forgets the causal rule's end
 
 
+def window_key_blocks_as_floats(i0, i1, S, S_kv, block_size, window):
+    return [j0 / block_size * block_size for j0 in window_key_blocks(i0, i1, S, S_kv, block_size, window)]  # 4.0
+
+
+def window_key_blocks_end_marker(i0, i1, S, S_kv, block_size, window):
+    return window_key_blocks(i0, i1, S, S_kv, block_size, window) + [math.inf]  # an end marker is no block
+
+
+def window_key_blocks_as_column(i0, i1, S, S_kv, block_size, window):
+    starts = window_key_blocks(i0, i1, S, S_kv, block_size, window)
+    return torch.tensor(starts, dtype=torch.long)[:, None]  # (n, 1): one start per row, not a 1-D list
+
+
+def window_key_blocks_on_meta(i0, i1, S, S_kv, block_size, window):
+    starts = window_key_blocks(i0, i1, S, S_kv, block_size, window)
+    return torch.tensor(starts, dtype=torch.long, device="meta")  # shapes only, no values to read
+
+
 # --- 07.3: split-KV decoding: combine two ranges of keys -----------------------------------------------------------
 
 
 def combine(out1, lse1, out2, lse2):
     a = lse1.masked_fill(lse1 == math.inf, -math.inf)  # (..., S): a range that sees nothing weighs nothing
     b = lse2.masked_fill(lse2 == math.inf, -math.inf)  # (..., S)
-    lse = torch.logaddexp(a, b)  # (..., S): log(e^lse1 + e^lse2)
-    seen = lse > -math.inf  # (..., S)
+    lse = torch.logaddexp(a, b)  # (..., S): log(e^lse1 + e^lse2); NaN if a range saw a NaN
+    seen = lse != -math.inf  # (..., S): a NaN row stays NaN rather than look empty (NaN > -inf is False)
     safe = torch.where(seen, lse, 0.0)  # (..., S)
     out = torch.exp(a - safe)[..., None] * out1 + torch.exp(b - safe)[..., None] * out2  # (..., S, HS)
     return torch.where(seen[..., None], out, 0.0), torch.where(seen, lse, math.inf)  # (..., S, HS), (..., S)
@@ -288,6 +312,22 @@ def combine_in_place(out1, lse1, out2, lse2):
     return torch.where(seen[..., None], out, 0.0), torch.where(seen, lse, math.inf)
 
 
+def combine_nan_as_empty(out1, lse1, out2, lse2):
+    a = torch.where(lse1.isfinite(), lse1, -math.inf)  # "not finite: an empty range", a NaN included
+    b = torch.where(lse2.isfinite(), lse2, -math.inf)
+    lse = torch.logaddexp(a, b)
+    seen = lse > -math.inf
+    safe = torch.where(seen, lse, 0.0)
+    w1, w2 = torch.exp(a - safe)[..., None], torch.exp(b - safe)[..., None]  # (..., S, 1) each
+    out = (w1 * out1).nan_to_num(0.0) + (w2 * out2).nan_to_num(0.0)  # the NaN of a range cleaned away
+    return torch.where(seen[..., None], out, 0.0), torch.where(seen, lse, math.inf)
+
+
+def combine_nan_cleaned(out1, lse1, out2, lse2):
+    out, lse = combine(out1, lse1, out2, lse2)
+    return out.nan_to_num(0.0), torch.where(lse.isnan(), math.inf, lse)  # a NaN row made to look empty
+
+
 SOLUTIONS = {"check_07_1": merge, "check_07_2": window_key_blocks, "check_07_3": combine}
 
 WRONG = {
@@ -306,6 +346,7 @@ WRONG = {
         (merge_measured_against_m1, "The maximum of this row is in block 2"),
         (merge_in_place, "changed its input `l1` in place"),
         (merge_returns_l_only, "should return a pair (m, l)"),
+        (merge_base_2, "your factors are powers of 2 (torch.exp2)"),
     ],
     "check_07_2": [
         (window_key_blocks_causal_only, "the loop may start late too"),
@@ -324,6 +365,10 @@ WRONG = {
         (window_key_blocks_end_exclusive, "the end of a range is exclusive"),
         (window_key_blocks_to_the_end, "entirely in the future"),
         (window_key_blocks_forgot_return, "list of block starts j0 (whole numbers), got None"),
+        (window_key_blocks_as_floats, "you returned 4.0 among the block starts"),
+        (window_key_blocks_end_marker, "you returned inf among the block starts"),
+        (window_key_blocks_as_column, "you returned a tensor of shape (2, 1)"),
+        (window_key_blocks_on_meta, "an ordinary dense tensor on the CPU"),
     ],
     "check_07_3": [
         (combine_average, "share of the total sum"),
@@ -340,5 +385,7 @@ WRONG = {
         (combine_empty_as_zero, "weighs nothing"),
         (combine_in_place, "changed its input `out1` in place"),
         (combine_returns_out_only, "should return a pair (out, lse)"),
+        (combine_nan_as_empty, "must make the row NaN, not look empty"),
+        (combine_nan_cleaned, "must make the row NaN, not look empty"),
     ],
 }

@@ -178,6 +178,30 @@ def _rope_swapped_parts(x, positions, theta):
     return torch.view_as_real(planes * torch.polar(torch.ones_like(angles), angles)).flatten(-2).to(x.dtype)
 
 
+def _rope_theta_10000(x, positions, theta):
+    return rope_complex(x, positions, 10000.0)  # LLaMA's base, whatever the argument says
+
+
+def _rope_written_back_as_halves(x, positions, theta):
+    S, HS = x.shape
+    angles = positions.double()[:, None] * theta ** (-torch.arange(0, HS, 2, dtype=torch.float64) / HS)
+    turned = torch.view_as_complex(x.double().reshape(S, HS // 2, 2).contiguous()) * torch.polar(
+        torch.ones_like(angles), angles)  # (S, HS/2): the right planes, turned
+    return torch.cat([turned.real, turned.imag], dim=-1).to(x.dtype)  # every real part, then every imaginary part
+
+
+def _rope_pairs_of_halves(x, positions, theta):
+    S, HS = x.shape
+    angles = positions.double()[:, None] * theta ** (-torch.arange(0, HS, 2, dtype=torch.float64) / HS)
+    planes = x.double().reshape(S, 2, HS // 2).transpose(1, 2).contiguous()  # (S, HS/2, 2): (x_i, x_{i + HS/2})
+    turned = torch.view_as_complex(planes) * torch.polar(torch.ones_like(angles), angles)
+    return torch.view_as_real(turned).flatten(-2).to(x.dtype)  # written back to (2i, 2i + 1)
+
+
+def _rope_pairs_shifted_by_one(x, positions, theta):
+    return rope_complex(x.roll(-1, dims=-1), positions, theta).roll(1, dims=-1)  # planes (2i + 1, 2i + 2)
+
+
 SOLUTIONS = {"check_08_1": mean_pool_heads, "check_08_2": local_window_mask, "check_08_3": rope_complex}
 WRONG = {
     "check_08_1": [
@@ -212,5 +236,9 @@ WRONG = {
         (_rope_unflattened, "flatten the last two axes"),
         (_rope_polar_swapped, "keeps the length"),
         (_rope_swapped_parts, "real part first"),
+        (_rope_theta_10000, "Use the argument theta"),
+        (_rope_written_back_as_halves, "wrote the results back as two halves"),
+        (_rope_pairs_of_halves, "you paired feature i with feature i + HS/2"),
+        (_rope_pairs_shifted_by_one, "your features are paired or placed in another order"),
     ],
 }

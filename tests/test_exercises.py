@@ -217,3 +217,58 @@ def test_00_3_accepts_either_choice_for_the_rows_of_padded_queries():
     nb00 = solutions_of("check_00_3")
     assert exercises.check_00_3(nb00.decoder_mask).passed
     assert exercises.check_00_3(nb00.decoder_mask_hiding_padded_rows).passed
+
+
+ODD = {  # what a learner's answer may return instead of an ordinary tensor
+    "on another device": lambda t: t.to("meta"),
+    "sparse": lambda t: t.to_sparse() if t.dim() > 0 else t.to("meta"),
+    "in half precision": lambda t: t.half() if t.is_floating_point() else t.to("meta"),
+}
+
+
+def _odd(result, how):
+    """`result` with every tensor in it made odd by `how`; None when there is no tensor to change."""
+    if isinstance(result, torch.Tensor):
+        return how(result.detach())
+    if isinstance(result, tuple | list):
+        parts = [_odd(r, how) for r in result]
+        if all(p is None for p in parts):
+            return None
+        return type(result)(p if p is not None else r for p, r in zip(parts, result, strict=True))
+    return None
+
+
+@pytest.mark.parametrize("how", sorted(ODD))
+@pytest.mark.parametrize("name", GRADERS)
+def test_an_odd_tensor_gets_a_message_never_a_traceback(name, how):
+    solution = solutions_of(name).SOLUTIONS[name]
+    changed = []
+
+    def answer(*args, **kwargs):
+        result = solution(*args, **kwargs)
+        odd = _odd(result, ODD[how])
+        changed.append(odd is not None)
+        return result if odd is None else odd
+
+    grade = getattr(exercises, name)(answer)  # a traceback out of the grader fails this test
+    assert isinstance(grade, Grade)
+    if any(changed):
+        assert not grade.passed, f"{name} accepted an answer {how}: {grade.message}"
+
+
+@pytest.mark.parametrize("name", ["check_00_2", "check_04_1", "check_06_3"])
+def test_an_answer_computed_in_float32_is_told_so_in_a_float64_grading(name):
+    solution = solutions_of(name).SOLUTIONS[name]
+
+    def in_float32(*args):
+        return solution(*[a.float() if isinstance(a, torch.Tensor) else a for a in args]).double()
+
+    assert getattr(exercises, name)(in_float32).passed  # float32 grading: right
+    grade = getattr(exercises, name)(in_float32, dtype=torch.float64)
+    assert not grade.passed and "right to float32 precision only" in grade.message, grade.message
+
+    def off_by_a_little(*args):  # a float64 answer off by 1e-5 is not a float32 answer
+        return solution(*args) + 1e-5
+
+    grade = getattr(exercises, name)(off_by_a_little, dtype=torch.float64)
+    assert not grade.passed and "float32 precision" not in grade.message, grade.message

@@ -6,43 +6,90 @@ import math
 import warnings
 
 import torch
+from torch import Tensor
 
 from ..functional import masked_softmax
 from ..masks import causal_mask, padding_mask
-from ._grading import Hint, call, close, dtype, expect_close, expect_shape, expect_tensor, fmt, grader
+from ._grading import (Hint, call, close, dtype, expect_close, expect_gradients, expect_precision, expect_shape,
+                       expect_tensor, fmt, grader, requiring_grad)
 
 __all__ = ["check_00_1", "check_00_2", "check_00_3", "check_00_4", "LOAN_TOKENS", "LOAN_KEYS"]
 
 LOAN_TOKENS = ["the", "bank", "gave", "a", "loan"]
 # features: water, money, place, function word (the keys printed in the notebook)
 LOAN_KEYS = torch.tensor([[0, 0, 0, 1], [0, 0, 2, 0], [0, 0, 0, 0], [0, 0, 0, 1], [0, 3, 0, 0]]).float()  # (S_kv, d)
+# the grader's own copies: the notebook imports the two above, and a reader's cell may change them in place
+_LOAN_TOKENS = tuple(LOAN_TOKENS)
+_LOAN_KEYS = LOAN_KEYS.clone()  # (S_kv, d)
+
+
+def _probed_gradients(out: Tensor, leaves: list[Tensor], generator: torch.Generator) -> tuple[Tensor, list[Tensor]]:
+    """(probe, gradients): a random probe of `out`'s shape and the gradients of sum(out · probe) with respect to
+    `leaves`, `out` being a float64 reference computed from them (the reference of `expect_gradients`, taken before
+    the answer runs). The probe is scaled so that the largest gradient is 1: float32's tolerance has an absolute part
+    meant for numbers about 1, while an answer in float32 gets gradients of size 100 right to about 1e-4 only."""
+    probe = torch.randn(out.shape, generator=generator, dtype=torch.float64)  # the shape of out
+    grads = torch.autograd.grad((out * probe).sum(), leaves, allow_unused=True)
+    grads = [torch.zeros_like(leaf) if grad is None else grad for leaf, grad in zip(leaves, grads, strict=True)]
+    top = max((grad.abs().max().item() for grad in grads if grad.numel()), default=0.0)
+    scale = 1 / top if top > 0 else 1.0
+    return probe * scale, [grad * scale for grad in grads]
+
+
+def _expect_gradients(got: Tensor, leaves: list[Tensor], expected: list[Tensor], probe: Tensor, what: str) -> None:
+    """`expect_gradients`, holding the gradients to the precision of `got`: an output in float32 is right to float32's
+    tolerance in a float64 grading (`close` takes the less precise of the two), and so is the gradient it sends back
+    to float64 leaves."""
+    expect_gradients(got, leaves, [want.to(got.dtype) if got.is_floating_point() else want for want in expected],
+                     probe, what)
+
+
+def _listed(names: list[str]) -> str:
+    """'a', 'a' and 'b', 'a', 'b' and 'c': token names for a sentence."""
+    quoted = [f"'{n}'" for n in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
 
 
 @grader("00.1")
 def check_00_1(bank_query) -> str:
     """`bank_query()` returns the query of "bank" (4 numbers); "bank" must give "loan" a weight of at least 0.9."""
-    q = expect_tensor(call(bank_query), "bank_query()")
+    # the grader scores with its own copy of the keys; the notebook's, as they are now, must come back unchanged
+    before = LOAN_KEYS
+    kept = before.detach().clone() if isinstance(before, torch.Tensor) else None  # (S_kv, d)
+    answer = call(bank_query)
+    if LOAN_KEYS is not before or (kept is not None and not torch.equal(before, kept)):
+        globals()["LOAN_KEYS"] = before  # put the notebook's keys back as they were
+        if kept is not None:
+            before.data = kept
+        raise Hint("your code changed LOAN_KEYS, the keys of the sentence (the grader has put them back): the keys "
+                   "are fixed, and the exercise asks for a query that finds 'loan' among them as they are.")
+    q = expect_tensor(answer, "bank_query()")
     if tuple(q.shape) != (4,):
         raise Hint(f"the query of one token is 4 numbers (water, money, place, function word), shape (4,); "
                    f"got shape {tuple(q.shape)}.")
-    scores = LOAN_KEYS.double() @ q.detach().double() / math.sqrt(4)  # (S_kv,)
+    scores = _LOAN_KEYS.double() @ q.detach().double() / math.sqrt(4)  # (S_kv,)
     weights = scores.softmax(dim=-1)  # (S_kv,)
     loan = weights[4].item()
     if math.isnan(loan):
         raise Hint("your query gives NaN weights: use finite numbers.")
     if loan < 0.9:
-        shown = ", ".join(f"{t} {w:.2f}" for t, w in zip(LOAN_TOKENS, weights.tolist(), strict=True))
-        if float(weights.max() - weights.min()) < 1e-6:
+        shown = ", ".join(f"{t} {w:.2f}" for t, w in zip(_LOAN_TOKENS, weights.tolist(), strict=True))
+        # the tokens that share the largest weight: several when their scores tie
+        top = [t for t, tied in zip(_LOAN_TOKENS, torch.isclose(weights, weights.max(), rtol=1e-9, atol=0).tolist(),
+                                    strict=True) if tied]
+        if len(top) == len(_LOAN_TOKENS):
             raise Hint(f"every key gets the same weight, {loan:.2f}: your query has the same dot product with every "
                        "key. The score with 'loan' is the dot product with loan's key [0, 3, 0, 0]: only the money "
                        "position counts.")
-        if int(weights.argmax()) == 4:
-            raise Hint(f"'loan' gets the largest weight but only {loan:.2f} (weights: {shown}). Each other key still "
-                       "gets e^(its score); make the score of 'loan' larger by putting a bigger number where loan's "
-                       "key [0, 3, 0, 0] is non-zero.")
-        raise Hint(f"'bank' looks mostly at '{LOAN_TOKENS[int(weights.argmax())]}' (weights: {shown}). The score "
-                   "with 'loan' is the dot product of your query with loan's key [0, 3, 0, 0]: only the money "
-                   "position counts.")
+        if "loan" in top:
+            others = [t for t in top if t != "loan"]
+            tie = f" (tied with {_listed(others)})" if others else ""
+            raise Hint(f"'loan' gets the largest weight{tie} but only {loan:.2f} (weights: {shown}). Each other key "
+                       "still gets e^(its score); make the score of 'loan' larger by putting a bigger number where "
+                       "loan's key [0, 3, 0, 0] is non-zero.")
+        looks = f"mostly at {_listed(top)}" if len(top) == 1 else f"equally at {_listed(top)}, more than at 'loan'"
+        raise Hint(f"'bank' looks {looks} (weights: {shown}). The score with 'loan' is the dot product of your query "
+                   "with loan's key [0, 3, 0, 0]: only the money position counts.")
     return f"'bank' gives 'loan' a weight of {loan:.3f} (scaled scores {fmt(scores)})."
 
 
@@ -52,18 +99,26 @@ def _attention(q, k, v, scale: float, dim: int = -1):
 
 @grader("00.2")
 def check_00_2(my_attention) -> str:
-    """`my_attention(q, k, v)` returns softmax(q kᵀ / √d) v for q (..., S, d) and k, v (..., S_kv, d)."""
+    """`my_attention(q, k, v)` returns softmax(q kᵀ / √d) v for q (..., S, d) and k, v (..., S_kv, d), with its
+    gradient."""
     g = torch.Generator().manual_seed(0)
+    probes = torch.Generator().manual_seed(1)  # apart from g, so that the inputs do not depend on the probes
+    gradients = []  # checked once every case's output is right: a wrong output has the more telling hint
     # no two sizes alike, so that an axis taken for another shows: (B, NH, S, d) with S_kv, both S < S_kv and S > S_kv
     for shape_q, S_kv in [((3, 5, 8), 7), ((2, 3, 6, 4), 5), ((9, 16), 2)]:
         *lead, S, d = shape_q
         q = torch.randn(*shape_q, generator=g, dtype=dtype())  # (..., S, d)
         k, v = torch.randn(2, *lead, S_kv, d, generator=g, dtype=dtype()).unbind(0)  # each (..., S_kv, d)
-        expected = _attention(q, k, v, 1 / math.sqrt(d))  # (..., S, d), before the answer runs
+        # the reference in float64, and its gradients for a random probe, before the answer runs
+        ref = [t.detach().double().requires_grad_() for t in (q, k, v)]
+        expected = _attention(*ref, 1 / math.sqrt(d))  # (..., S, d)
+        probe, expected_grads = _probed_gradients(expected, ref, probes)
+        expected = expected.detach()
+        leaves, given = zip(*(requiring_grad(t) for t in (q, k, v)), strict=True)  # inputs in a graph, as in a model
         try:
             with warnings.catch_warnings():  # k.T on a batch warns that it is deprecated: the hint says why
                 warnings.simplefilter("ignore", UserWarning)
-                got = call(my_attention, q, k, v)
+                got = call(my_attention, *given)
         except Exception as raised:  # only the learner's own RuntimeError gets this hint
             error = getattr(raised, "error", None)
             if not isinstance(error, RuntimeError):
@@ -79,8 +134,11 @@ def check_00_2(my_attention) -> str:
             raise Hint(f"for q {tuple(q.shape)} and k, v {tuple(k.shape)} the context has one row per query, "
                        f"(..., S, d) = {tuple(shape_q)}; got {tuple(got.shape)}. The scores are q @ kᵀ "
                        "(..., S, S_kv); the context is the weights @ v.")
+        what = f"for q of shape {tuple(q.shape)} the context"
         if close(got, expected):
+            gradients.append((got, list(leaves), expected_grads, probe, what))
             continue
+        expect_precision(got, expected, what)  # before the mistakes below, which a float32 answer matches none of
         if close(got, _attention(q, k, v, 1.0)):
             raise Hint(f"you forgot to scale the scores: divide q @ kᵀ by √d (here √{d} = {math.sqrt(d):.3g}) "
                        "before the softmax.")
@@ -93,10 +151,11 @@ def check_00_2(my_attention) -> str:
         if close(got, _attention(q, k, v, 1 / math.sqrt(d), dim=-2)):
             raise Hint("the softmax runs over the wrong axis: it must run over the keys, the last axis (dim=-1), "
                        "so that each query's weights sum to 1.")
-        worst = (got.double() - expected.double()).abs().max().item()
-        raise Hint(f"for q of shape {tuple(q.shape)} the context is off by up to {worst:.3g}. Compare with "
-                   "F.scaled_dot_product_attention(q, k, v) step by step.")
-    return "your attention equals softmax(q kᵀ/√d) v, with any leading axes, S < S_kv and S > S_kv."
+        expect_close(got, expected, what, why="Compare with F.scaled_dot_product_attention(q, k, v) step by step.")
+    for checked in gradients:
+        _expect_gradients(*checked)
+    return ("your attention equals softmax(q kᵀ/√d) v, with any leading axes, S < S_kv and S > S_kv, and a model can "
+            "learn through it (its gradient is right).")
 
 
 @grader("00.3")
@@ -169,17 +228,22 @@ def check_00_4(my_masked_softmax) -> str:
     loud[..., 2:] += 1000.0  # the hidden keys of the padding mask score far above the visible ones
     overflow = torch.full_like(base, torch.finfo(dtype()).max / 4)  # e^score overflows: equal scores, near the top
     overflow[..., 0] = -1e3  # and one far below
+    # every score far below 0, below the finite fills a reader might pick (-100, -1e4; in float64 -1e6 too): only
+    # -inf hides a key whatever the scores. Deeper in float64, whose spacing still resolves the scores' differences.
+    depth = 5e4 if dtype() == torch.float32 else 5e8
+    low = base - depth  # (B, S, S_kv)
     cases = [
         (base, full, "a (B, S, S_kv) mask with a row that sees nothing"),
         (base, padding, "a (B, 1, S_kv) padding mask"),
         (loud, padding, "scores of the hidden keys 1000 above the visible ones"),
         (100 * base, full, "scores around ±100"),
         (overflow, padding, f"scores near the largest {dtype()}"),
+        (low, padding, f"every score around {-depth:g}"),
     ]
+    answered = []  # (weights, leaf, probe, expected gradient, case) of every case whose weights are right
     for scores, mask, what in cases:
         expected, expected_grad, probe = _reference_softmax(scores, mask)  # before the answer runs
-        s = scores.clone().requires_grad_()  # the leaf the gradient is taken for
-        given = s * 1.0  # what the answer gets: a tensor in a graph, as scores are in a model
+        s, given = requiring_grad(scores)  # the leaf the gradient is taken for, and a tensor in a graph for the answer
         got = call(my_masked_softmax, given, mask.clone())
         got = expect_shape(got, tuple(scores.shape), f"my_masked_softmax(scores, mask) with {what}")
         blind = ~mask.expand_as(scores).any(dim=-1)  # (B, S): rows with no visible key
@@ -192,16 +256,37 @@ def check_00_4(my_masked_softmax) -> str:
                                "subtracts each row's largest score first.")
                 raise Hint("a row with no visible key gives NaN: the softmax of a row of -inf is 0/0. Give such rows "
                            "finite scores before the softmax and set their weights to 0 after it.")
+            expect_precision(got, expected, f"my_masked_softmax(scores, mask) with {what}")
             if close(got, masked_softmax(scores, ~mask)):
                 raise Hint("True must mean 'may attend': you hid the visible keys and kept the hidden ones.")
             hidden = ~mask.expand_as(scores)  # (B, S, S_kv)
-            if bool(((got != 0) & hidden & ~blind[..., None]).any()):  # in a row that sees some key
-                raise Hint(f"a hidden key (mask False) got a non-zero weight, with {what}: set its score to -inf before "
-                           "the softmax (scores.masked_fill(~mask, float('-inf'))); a score of 0 is not hidden.")
+            leak = (got != 0) & hidden & ~blind[..., None]  # (B, S, S_kv): weight on a hidden key of a row that sees
+            if bool(leak.any()):
+                w = got.detach().double()  # (B, S, S_kv)
+                heaviest = w.masked_fill(~hidden, float("-inf")).amax(dim=-1)  # (B, S): of the hidden keys
+                lightest = w.masked_fill(~hidden, float("inf")).amin(dim=-1)  # (B, S)
+                rows = leak.any(dim=-1)  # (B, S)
+                # one score for every hidden key of a row (a fill) gives them one weight; their own scores do not
+                filled = bool((heaviest - lightest <= 1e-6 * heaviest)[rows].all())
+                # far below 0 a fill of 0 and one of -1e4 weigh alike: there the fill's hint is the one that fits
+                zero = scores.masked_fill(hidden, 0.0).softmax(dim=-1)  # (B, S, S_kv): hidden keys scored 0
+                if filled and scores is not low and close(got[~blind], zero[~blind]):
+                    raise Hint(f"a hidden key (mask False) got a non-zero weight, with {what}: your hidden keys score "
+                               "0, and e^0 is not 0; a score of 0 is not hidden. Set their scores to -inf before the "
+                               "softmax (scores.masked_fill(~mask, float('-inf'))).")
+                if filled:
+                    raise Hint(f"a hidden key (mask False) got a non-zero weight, with {what}: all the hidden keys of "
+                               "a row weigh the same, as a finite fill gives them, and a finite fill such as -1e4 or "
+                               "-100 hides a key only while the visible scores stay far above it. Fill with "
+                               "float('-inf'), which is below every score.")
+                raise Hint(f"a hidden key (mask False) got a non-zero weight, with {what}: set its score to -inf "
+                           "before the softmax (scores.masked_fill(~mask, float('-inf'))).")
             if bool(blind.any()) and not bool((got[blind] == 0).all()):
-                raise Hint("a row whose keys are all hidden must get zero weights: it sees nothing. Filling the hidden "
-                           "scores with a large negative number (-1e9) instead of -inf gives such a row equal scores, "
-                           f"so uniform weights ({fmt(got[blind][0])}): zero its weights after the softmax.")
+                row = got[blind][0].detach().double()  # (S_kv,): the weights of the first row that sees nothing
+                fill = (" A large negative fill instead of -inf gives such a row weights that sum to 1 "
+                        f"(yours: {fmt(row)}):" if abs(row.sum().item() - 1) < 1e-3 else f" Yours: {fmt(row)};")
+                raise Hint(f"a row whose keys are all hidden must get zero weights: it sees nothing.{fill} zero its "
+                           "weights after the softmax.")
             sums = got.detach().double().sum(dim=-1)  # (B, S)
             if not torch.allclose(sums[~blind], torch.ones_like(sums[~blind]), atol=1e-5):
                 if bool((sums[~blind] == 0).any()):
@@ -213,6 +298,9 @@ def check_00_4(my_masked_softmax) -> str:
             raise Hint(f"with {what} the weights are off by up to "
                        f"{(got.detach().double() - expected).abs().max().item():.3g}: the softmax runs over the keys, "
                        "the last axis.")
+        answered.append((got, s, probe, expected_grad, what))
+    # the gradients once every case's weights are right: a mistake in the weights has the more telling hint
+    for got, s, probe, expected_grad, what in answered:
         if not got.requires_grad:
             raise Hint("the weights carry no gradient: compute them from the scores with torch operations (no "
                        ".detach(), .numpy() or torch.no_grad()), so that a model can learn through them.")
@@ -224,13 +312,17 @@ def check_00_4(my_masked_softmax) -> str:
         except RuntimeError as error:
             if "nan" not in str(error).lower():
                 raise
-            raise Hint(f"the weights are right, but their gradient is NaN with {what}: the softmax of a row of -inf "
-                       "is NaN, and replacing the NaN afterwards (nan_to_num, torch.where) fixes the forward pass "
-                       "only; the NaN still flows back (torch.autograd.detect_anomaly stops on it, and an additive "
-                       "mask lets it reach the scores). Give a row that sees nothing finite scores before the "
-                       "softmax, then zero its weights.") from None
+            raise Hint(f"the weights are right, but the backward pass goes through NaN with {what}: the softmax of a "
+                       "row of -inf is NaN, and replacing the NaN afterwards (nan_to_num, torch.where) fixes the "
+                       "forward pass only. On the way back the softmax's own step still computes NaN for that row: "
+                       "masked_fill happens to drop it before it reaches the scores, but "
+                       "torch.autograd.detect_anomaly stops on it, and with an additive mask (scores + mask) it would "
+                       "reach the scores. Give a row that sees nothing finite scores before the softmax, then zero "
+                       "its weights.") from None
         grad = torch.zeros_like(s) if grad is None else grad
-        expect_close(grad, expected_grad, f"the gradient of the weights with {what}",
+        # held to the precision of the weights, as they were: float32 weights pass a float64 grading at float32's
+        expect_close(grad, expected_grad.to(got.dtype) if got.is_floating_point() else expected_grad,
+                     f"the gradient of the weights with {what}",
                      why="Compute the weights with differentiable operations all the way (masked_fill, softmax).")
     return ("hidden keys get 0, each row sums to 1 over its visible keys, a row that sees nothing gets zeros, and "
-            "the gradient is finite, even when the scores overflow.")
+            "the gradient is finite, even when the scores overflow or lie far below 0.")

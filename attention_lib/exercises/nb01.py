@@ -106,7 +106,8 @@ def check_01_2(fuse) -> str:
 
         fused = call(fuse, W_q, W_k, W_v)
         if isinstance(fused, Tensor):
-            raise Hint(f"fuse returned a tensor of shape {tuple(fused.shape)}; return the layer itself, an "
+            shape = "" if fused.is_nested else f" of shape {tuple(fused.shape)}"  # a nested tensor has no shape
+            raise Hint(f"fuse returned a tensor{shape}; return the layer itself, an "
                        "nn.Linear(C, 3 * HS) whose weight holds the three weights (and whose bias holds the biases).")
         if not isinstance(fused, nn.Linear):
             raise Hint(f"fuse should return an nn.Linear, got {type(fused).__name__}.")
@@ -144,6 +145,13 @@ def check_01_2(fuse) -> str:
             if fused.bias is None or close(got, no_bias):
                 raise Hint(f"{what} the outputs are off by the biases: the fused bias is the three biases "
                            "concatenated, torch.cat([W_q.bias, W_k.bias, W_v.bias]).")
+            fused_bias = fused.bias.detach()  # (3 * HS,) when it has the right shape
+            for order in ((1, 0, 2), (0, 2, 1), (2, 1, 0), (1, 2, 0), (2, 0, 1)):
+                if weight_right and close(fused_bias, torch.cat([refs[i].bias.detach() for i in order])):
+                    names = "".join("qkv"[i] for i in order)
+                    raise Hint(f"{what} the weight is right, but the biases are in the order [{' | '.join(names)}]: "
+                               "the bias is laid out like the weight's rows, [q | k | v], "
+                               "torch.cat([W_q.bias, W_k.bias, W_v.bias]).")
             if weight_right:
                 raise Hint(f"{what} the weight is right, the bias is not (yours: {fmt(fused.bias[:4])}...): "
                            "nn.Linear starts with a random bias, so copy the three biases into it too, "

@@ -13,7 +13,9 @@ from .. import functional
 from ..functional import attend, explicit_attention, masked_softmax, register_attention_impl
 from ..masks import padding_mask
 from ..single_head import SingleHeadAttention
-from ._grading import Hint, call, close, detached, dtype, expect_close, expect_shape, expect_tensor, fmt, grader
+from ._grading import (Hint, call, close, detached, dtype, expect_close, expect_precision, expect_shape,
+                       expect_tensor, fmt, grader, requiring_grad)
+from .nb00 import _expect_gradients, _probed_gradients
 
 __all__ = ["check_02_1", "check_02_2", "check_02_3"]
 
@@ -37,16 +39,23 @@ def _learner_error(raised: Exception, *kinds: type[BaseException]) -> BaseExcept
 
 @grader("02.1")
 def check_02_1(split_qkv) -> str:
-    """`split_qkv(qkv, head_size)` returns (q, k, v), the three consecutive blocks of the last axis."""
+    """`split_qkv(qkv, head_size)` returns (q, k, v), the three consecutive blocks of the last axis, with their
+    gradients."""
+    probes = torch.Generator().manual_seed(5)
+    gradients = []  # checked once every case's output is right: a wrong output has the more telling hint
     # (B, S, HS), no two alike (nor 3 * HS); the last qkv is a transposed view, not contiguous in memory
     for B, S, HS, contiguous in [(2, 3, 4, True), (5, 4, 3, True), (3, 7, 2, False)]:
         numbers = torch.arange(B * S * 3 * HS, dtype=dtype())  # each number shows its position in its token's row
-        if contiguous:
-            qkv = numbers.reshape(B, S, 3 * HS)  # (B, S, 3 * HS)
-        else:  # (B, S, 3 * HS): token (b, s) at row s * B + b of memory, as Wqkv(x) of an (S, B, C) x, transposed
-            qkv = numbers.reshape(S, B, 3 * HS).transpose(0, 1)
+        # token (b, s) at row b * S + s of memory; or at row s * B + b, as Wqkv(x) of an (S, B, C) x, transposed
+        leaf, given = requiring_grad(numbers.reshape(B, S, 3 * HS) if contiguous else numbers.reshape(S, B, 3 * HS))
+        qkv = given if contiguous else given.transpose(0, 1)  # (B, S, 3 * HS), in a graph as a layer's output is
         what = f"qkv of shape {(B, S, 3 * HS)}{'' if contiguous else ' that is not contiguous (a transposed view)'}"
-        expected = [qkv[..., i * HS : (i + 1) * HS].clone() for i in range(3)]  # 3 x (B, S, HS), before the answer
+        # the three blocks, and their gradient for a random probe, in float64, before the answer runs
+        leaf64 = leaf.detach().double().requires_grad_()
+        qkv64 = leaf64 if contiguous else leaf64.transpose(0, 1)  # (B, S, 3 * HS)
+        expected = [qkv64[..., i * HS : (i + 1) * HS] for i in range(3)]  # 3 x (B, S, HS)
+        probe, (expected_grad,) = _probed_gradients(torch.cat(expected, dim=-1), [leaf64], probes)  # (B, S, 3 * HS)
+        expected = [e.detach() for e in expected]
         try:
             parts = call(split_qkv, qkv, HS)
         except Exception as raised:
@@ -61,7 +70,8 @@ def check_02_1(split_qkv) -> str:
                            "when it can be, a copy when it must) or qkv.split(head_size, dim=-1).") from None
             raise
         if not isinstance(parts, tuple | list):
-            shown = f"one tensor of shape {tuple(parts.shape)}" if isinstance(parts, Tensor) else type(parts).__name__
+            shown = (type(parts).__name__ if not isinstance(parts, Tensor) else "one nested tensor" if parts.is_nested
+                     else f"one tensor of shape {tuple(parts.shape)}")  # a nested tensor has no shape
             raise Hint(f"return the tuple (q, k, v) of three tensors (B, S, HS); you returned {shown}. After the "
                        "reshape to (B, S, 3, HS), unbind dim 2 (or use qkv.split(head_size, dim=-1)).")
         if len(parts) != 3:
@@ -70,8 +80,8 @@ def check_02_1(split_qkv) -> str:
             raise Hint(f"for {what} and head_size = {HS} you returned {len(parts)} tensors, not 3 (q, k, v){pieces}. "
                        "Cut the last axis into 3 blocks of head_size: qkv.split(head_size, dim=-1), or reshape it to "
                        "(3, head_size) and unbind dim -2.")
+        parts = [expect_tensor(got, name) for got, name in zip(parts, "qkv", strict=True)]
         for name, got, want, lo in zip("qkv", parts, expected, (0, HS, 2 * HS), strict=True):
-            got = expect_tensor(got, name)
             if tuple(got.shape) != (B, S, HS):
                 why = (f"it has {got.shape[-1]} features per token, not head_size = {HS}: {name} is the block "
                        f"[{lo}:{lo + HS}] of the last axis" if tuple(got.shape[:-1]) == (B, S) else
@@ -79,12 +89,44 @@ def check_02_1(split_qkv) -> str:
                 raise Hint(f"for {what}, {name} should have shape (B, S, HS) = {(B, S, HS)}, got "
                            f"{tuple(got.shape)}: {why}.")
             if not close(got, want):
-                shown = got[0, 0].detach().double()  # (HS,): the positions in token 0's row of qkv
-                interleaved = close(shown, torch.arange(lo // HS, 3 * HS, 3, dtype=torch.float64))
-                tail = " Reshape the last axis to (3, HS), not (HS, 3), and unbind dim 2." if interleaved else ""
-                raise Hint(f"{name} of token 0 holds the numbers at positions {fmt(shown)} of its row of qkv, but "
-                           f"the layout [q | k | v] puts {name} at positions {list(range(lo, lo + HS))}.{tail}")
-    return "q, k and v are the consecutive blocks [0:HS], [HS:2HS], [2HS:3HS] of every token's row."
+                raise Hint(_misplaced(name, got, qkv, lo, HS))
+        # the three parts come from one graph: their gradient is taken at once, through the three side by side
+        gradients.append((torch.cat(parts, dim=-1), [leaf], [expected_grad], probe, f"(q, k, v) for {what}"))
+    for checked in gradients:
+        _expect_gradients(*checked)
+    return ("q, k and v are the consecutive blocks [0:HS], [HS:2HS], [2HS:3HS] of every token's row, and the "
+            "gradients reach qkv through them.")
+
+
+def _misplaced(name: str, got: Tensor, qkv: Tensor, lo: int, HS: int) -> str:
+    """What the first token whose `name` (B, S, HS) is wrong holds, read as positions of the rows of `qkv`, whose
+    numbers are distinct and each says where it sits; the layout puts `name` at [lo:lo + HS] of each row."""
+    B, S, width = qkv.shape
+    got = got.detach().double()  # (B, S, HS)
+    right = qkv.detach().double()[..., lo : lo + HS]  # (B, S, HS)
+    wrong = ~torch.isclose(got, right).all(dim=-1)  # (B, S): the tokens whose part is wrong
+    b, s = (int(i) for i in wrong.nonzero()[0]) if bool(wrong.any()) else (0, 0)
+    token = f"token {s} of sequence {b}" if B > 1 else f"token {s}"
+    shown = got[b, s]  # (HS,)
+    # where each of its numbers sits in qkv: a token (b', s') and a position p in that token's row
+    where = (qkv.detach().double()[..., None] == shown).nonzero()  # (HS matches, 4): b', s', p, index into shown
+    if len(where) == HS and len(set(where[:, 3].tolist())) == HS:
+        rows = {(int(r[0]), int(r[1])) for r in where}
+        positions = [int(p) for _, _, p, _ in sorted(where.tolist(), key=lambda r: r[3])]
+        if rows == {(b, s)}:
+            held = f"the numbers at positions {positions} of its own row of qkv"
+        elif len(rows) == 1:
+            (b2, s2), = rows
+            other = f"token {s2} of sequence {b2}" if B > 1 else f"token {s2}"
+            held = f"the numbers at positions {positions} of the row of {other}"
+        else:
+            held = f"numbers from the rows of {len(rows)} different tokens"
+    else:
+        held = f"{fmt(shown)}, numbers that are not all from qkv"
+    interleaved = close(got[b, s], right.new_tensor(range(lo // HS, width, 3)) + qkv.detach().double()[b, s, 0])
+    tail = " Reshape the last axis to (3, HS), not (HS, 3), and unbind dim 2." if interleaved else ""
+    return (f"{name} of {token} holds {held}, but the layout [q | k | v] puts {name} at positions "
+            f"{list(range(lo, lo + HS))} of each token's row.{tail}")
 
 
 # --- 02.2 -----------------------------------------------------------------------------------------------------------
@@ -123,8 +165,11 @@ def _steps(x: Tensor, Wqkv: nn.Linear, Wo: nn.Linear, mask: Tensor | None, *, sc
 
 @grader("02.2")
 def check_02_2(forward) -> str:
-    """`forward(x, Wqkv, Wo, mask=None)` is single-head attention's output (B, S, C), mask a (B, S_kv) padding."""
+    """`forward(x, Wqkv, Wo, mask=None)` is single-head attention's output (B, S, C), mask a (B, S_kv) padding, with
+    its gradients with respect to x and the weights."""
     g = torch.Generator().manual_seed(6)
+    probes = torch.Generator().manual_seed(16)  # apart from g, so that the inputs do not depend on the probes
+    gradients = []  # checked once every case's output is right: a wrong output has the more telling hint
     # (B, S, C) with HS = C // 4: no two of B, S, C, HS alike, so that a scale by the wrong size shows. Every size
     # runs without a mask first, so that an error that comes with the mask is the mask's.
     cases = [
@@ -144,21 +189,28 @@ def check_02_2(forward) -> str:
             q, k, _ = Wqkv64(x64).split(HS, dim=-1)  # each (B, S, HS)
             top = (q @ k.transpose(-2, -1) / math.sqrt(HS)).max().item()
             factor = math.sqrt(1.5 * math.log(torch.finfo(dtype()).max) / top)
-            x, x64 = x * factor, x64 * factor
+            x = x * factor
+            x64 = x.double()  # the very numbers the answer gets
         steps = functools.partial(_steps, x64, Wqkv64, Wo64)  # steps(mask, ...): the seven steps, or a mistake
-        layer = SingleHeadAttention(C, attn_impl="explicit").double().requires_grad_(False)
+        layer = SingleHeadAttention(C, attn_impl="explicit").double()  # its weights require grad: the reference's
         layer.load_state_dict({"Wqkv.weight": Wqkv64.weight, "Wqkv.bias": Wqkv64.bias, "Wo.weight": Wo64.weight,
                                "Wo.bias": Wo64.bias})
+        weights64 = [layer.Wqkv.weight, layer.Wqkv.bias, layer.Wo.weight, layer.Wo.bias]
         for lengths in masks:
             mask = None if lengths is None else padding_mask(lengths, seq_len=S)  # (B, S_kv)
             m = None if mask is None else mask[:, None, :]  # (B, 1, S_kv): the keys hidden in every row
             what = (f"for x {(B, S, C)} (HS = {HS})" + ("" if mask is None else f" and padding lengths {lengths}")
                     + (f", scores up to {1.5 * math.log(torch.finfo(dtype()).max):.3g}" if extreme else ""))
-            expected = layer(x64, mask)  # (B, S, C)
+            # the output and its gradients for a random probe, with respect to x and the four weights
+            leaf64 = x64.clone().requires_grad_()
+            expected = layer(leaf64, mask)  # (B, S, C)
+            probe, expected_grads = _probed_gradients(expected, [leaf64, *weights64], probes)
+            expected = expected.detach()
+            leaf, given = requiring_grad(x)  # x in a graph, as the input of a layer is
             try:
                 with warnings.catch_warnings():  # k.T on a batch warns that it is deprecated: the hint says why
                     warnings.filterwarnings("ignore", message=".*x\\.T.*", category=UserWarning)
-                    got = call(forward, x, Wqkv, Wo, mask)
+                    got = call(forward, given, Wqkv, Wo, mask)
             except Exception as raised:
                 error = _learner_error(raised, RuntimeError, TypeError)
                 text = f"{what} your code raised {_said(error)}."
@@ -186,6 +238,8 @@ def check_02_2(forward) -> str:
                            "Wo.")
             got = expect_shape(got, (B, S, C), f"forward(...) {what}")
             if close(got, expected):
+                gradients.append((got, [leaf, *Wqkv.parameters(), *Wo.parameters()], expected_grads, probe,
+                                  f"forward(...) {what}"))
                 continue
             got = got.detach()  # its own dtype: `close` takes the tolerance of the less precise of the two
             sees = torch.ones(B, S, dtype=torch.bool) if mask is None else mask.any(-1, keepdim=True).expand(B, S)
@@ -205,6 +259,7 @@ def check_02_2(forward) -> str:
                            "and the softmax of a row of -inf is 0 / 0. Such a query gets zero weights (the "
                            "masked_softmax of notebook 00 does it), so its output is Wo's bias, "
                            f"{fmt(Wo64.bias[:3])}...")
+            expect_precision(got, expected, f"forward(...) {what}")  # before the mistakes, none of which it is
             for divisor, why in [
                 (1.0, f"you forgot to scale the scores by 1/√HS (here 1/√{HS}) before the softmax."),
                 (math.sqrt(C), f"you scaled the scores by 1/√C = 1/√{C}: they are dot products of the head's "
@@ -248,8 +303,10 @@ def check_02_2(forward) -> str:
             worst = (got.double() - expected).abs().nan_to_num(float("inf")).max().item()
             raise Hint(f"{what} the output is off by up to {worst:.3g}. Check each step against the notebook: "
                        "split [q | k | v], q @ kᵀ / √HS, softmax over the last axis, @ v, Wo.")
+    for checked in gradients:
+        _expect_gradients(*checked)
     return ("your seven steps equal SingleHeadAttention with and without a padding mask, for any sizes, a sequence "
-            "of padding only, and scores beyond the range of e^x.")
+            "of padding only, and scores beyond the range of e^x, and so do their gradients.")
 
 
 # --- 02.3 -----------------------------------------------------------------------------------------------------------
@@ -340,7 +397,9 @@ def _cases_02_3() -> list[tuple[str, Tensor, Tensor, Tensor, dict]]:
 @grader("02.3")
 def check_02_3(path) -> str:
     """`path(q, k, v, *, mask, bias, scale, dropout_p, is_causal)` returns (context, weights or None) like the
-    explicit path of `attend`."""
+    explicit path of `attend`, and the context's gradients with respect to q, k, v and the bias are right."""
+    probes = torch.Generator().manual_seed(9)
+    gradients = []  # checked once every case's output is right: a wrong output has the more telling hint
     for what, q, k, v, case in _cases_02_3():
         args = {"mask": None, "bias": None, "scale": None, "dropout_p": 0.0, "is_causal": False} | case
         mask, bias, scale, is_causal = args["mask"], args["bias"], args["scale"], args["is_causal"]
@@ -348,10 +407,18 @@ def check_02_3(path) -> str:
         # the reference and every variant below, in float64 on copies, before the answer runs
         q64, k64, v64 = (t.detach().double() for t in (q, k, v))
         bias64 = None if bias is None else bias.detach().double()
-        expected, expected_w = explicit_attention(q64, k64, v64, mask, 0.0, is_causal, bias=bias64, scale=scale)
+        inputs = [q, k, v] + ([] if bias is None else [bias])  # what the gradients are taken for
+        leaves64 = [t.detach().double().requires_grad_() for t in inputs]
+        expected, expected_w = explicit_attention(*leaves64[:3], mask, 0.0, is_causal,
+                                                  bias=None if bias is None else leaves64[3], scale=scale)
+        probe, expected_grads = _probed_gradients(expected, leaves64, probes)  # the context's, for a random probe
+        expected, expected_w = expected.detach(), expected_w.detach()
+        leaves, given = zip(*(requiring_grad(t) for t in inputs), strict=True)  # inputs in a graph, as in a layer
+        given_args = {n: a.clone() if isinstance(a, Tensor) else a for n, a in args.items()}
+        if bias is not None:
+            given_args["bias"] = given[3]
         try:
-            answer = call(path, q.clone(), k.clone(), v.clone(),
-                          **{n: a.clone() if isinstance(a, Tensor) else a for n, a in args.items()})
+            answer = call(path, *given[:3], **given_args)
         except Exception as raised:
             error = _learner_error(raised, RuntimeError)
             if q.ndim == 4:
@@ -366,16 +433,19 @@ def check_02_3(path) -> str:
         if not isinstance(answer, tuple | list) or len(answer) != 2:
             raise Hint("a path returns a pair (context, weights or None), as explicit_attention does.")
         context_shape, weights_shape = (*q.shape[:-1], HS), (*q.shape[:-1], S_kv)
-        if all(isinstance(t, Tensor) for t in answer) and [tuple(t.shape) for t in answer] == [weights_shape,
-                                                                                                context_shape]:
-            raise Hint(f"with {what} you returned (weights {weights_shape}, context {context_shape}): a path "
-                       "returns (context, weights), the context first.")
+        if all(isinstance(t, Tensor) for t in answer):
+            shapes = [tuple(expect_tensor(t, f"the {name} with {what}").shape)
+                      for t, name in zip(answer, ("context", "weights"), strict=True)]
+            if shapes == [weights_shape, context_shape]:
+                raise Hint(f"with {what} you returned (weights {weights_shape}, context {context_shape}): a path "
+                           "returns (context, weights), the context first.")
         context = expect_shape(answer[0], context_shape, f"the context with {what}")
         if close(context, expected):
             if answer[1] is not None:
                 expect_close(answer[1], expected_w, f"the weights with {what}",
                              why="The weights are the softmax over the keys, (..., S, S_kv), before any dropout; a "
                                  "query that sees no key gets zeros.")
+            gradients.append((context, list(leaves), expected_grads, probe, f"the context with {what}"))
             continue
         context = context.detach()  # its own dtype: `close` takes the tolerance of the less precise of the two
         # the keys each query may see: the mask AND the causal triangle aligned at the end of the keys
@@ -392,6 +462,7 @@ def check_02_3(path) -> str:
             raise Hint(f"NaN in the context with {what}: a query that sees no key must get zero weights and a zero "
                        "context (give its row finite scores before the softmax, then zero its weights; "
                        "masked_softmax does both).")
+        expect_precision(context, expected, f"the context with {what}")  # before the mistakes, none of which it is
         factor = 1 / math.sqrt(HS) if scale is None else scale
 
         # ref(mask=..., bias=..., factor=..., a mistake=...): the context with one thing changed
@@ -447,9 +518,12 @@ def check_02_3(path) -> str:
                 raise Hint(f"with {what}, {why}")
         expect_close(context, expected, f"the context with {what}",
                      why="Compare your scores, weights and context with explicit_attention step by step.")
+    for checked in gradients:
+        _expect_gradients(*checked)
     _in_a_layer(path)
     return ("your path follows the contract (mask, bias, scale, the causal rule at the end of the keys both ways, "
-            "any leading axes, zeros for a blind query, scores beyond e^x's range) and runs inside a layer.")
+            "any leading axes, zeros for a blind query, scores beyond e^x's range), with the right gradients, and "
+            "runs inside a layer.")
 
 
 def _in_a_layer(path) -> None:

@@ -13,7 +13,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..bidirectional import BidirectionalAttention
-from ._grading import Hint, call, close, detached, dtype, expect_close, expect_shape, expect_tensor, fmt, grader
+from ._grading import (Hint, call, close, detached, dtype, expect_close, expect_precision, expect_shape,
+                       expect_tensor, fmt, grader, requiring_grad)
+from .nb00 import _expect_gradients, _probed_gradients
 
 __all__ = ["check_03_1", "check_03_2", "check_03_3"]
 
@@ -26,14 +28,22 @@ def _interleaved(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 @grader("03.1")
 def check_03_1(split_interleaved) -> str:
-    """split_interleaved(qkv (B, S, 3C) laid out [q0 k0 v0 | q1 k1 v1 | ...], num_heads) -> q, k, v (B, NH, S, HS)."""
+    """split_interleaved(qkv (B, S, 3C) laid out [q0 k0 v0 | q1 k1 v1 | ...], num_heads) -> q, k, v (B, NH, S, HS),
+    through which the gradients reach qkv."""
     g = torch.Generator().manual_seed(1)
+    probes = torch.Generator().manual_seed(11)  # apart from g, so that the inputs do not depend on the probes
+    gradients = []  # checked once every case's output is right: a wrong output has the more telling hint
     # no two sizes alike (nor 3, the number of parts), so that an axis taken for another shows in the shape
     for B, S, NH, HS in [(2, 5, 4, 6), (4, 6, 2, 5), (1, 7, 5, 2)]:
         q, k, v = torch.randn(3, B, NH, S, HS, generator=g, dtype=dtype()).unbind(0)  # each (B, NH, S, HS)
         qkv = _interleaved(q, k, v)  # (B, S, 3C)
-        got = call(split_interleaved, qkv, NH)
-        if isinstance(got, Tensor) and got.ndim == 5 and got.shape[0] == 3:
+        # the gradient of the three parts, side by side, for a random probe, in float64 before the answer runs
+        leaf64 = qkv.detach().double().requires_grad_()  # (B, S, 3C)
+        parts64 = leaf64.reshape(B, S, NH, 3, HS).permute(3, 0, 2, 1, 4)  # (3, B, NH, S, HS)
+        probe, (expected_grad,) = _probed_gradients(parts64, [leaf64], probes)  # (3, B, NH, S, HS), (B, S, 3C)
+        leaf, given = requiring_grad(qkv)  # qkv in a graph, as the output of Wqkv is
+        got = call(split_interleaved, given, NH)
+        if isinstance(got, Tensor) and not got.is_nested and got.ndim == 5 and got.shape[0] == 3:
             got = tuple(got.unbind(0))  # a stacked (3, B, NH, S, HS) unpacks into q, k, v as well
         if not isinstance(got, tuple | list) or len(got) != 3:
             raise Hint("return three tensors, q, k and v (e.g. a tuple, or the result of unbind(0)).")
@@ -53,7 +63,13 @@ def check_03_1(split_interleaved) -> str:
             expect_close(t, want, name, why=f"For B, S, NH, HS = {B, S, NH, HS} the last dimension of qkv is "
                          "(head, part, column), HS columns per part: reshape to (B, S, NH, 3, HS), then move the part "
                          "first and the heads before the sequence. Compare q[0, 1, 0] with qkv[0, 0, 3 * HS:4 * HS].")
-    return "q, k and v of every head, read from the interleaved layout, for any B, S, NH and HS."
+        # the three parts come from one graph: their gradient is taken at once, through the three stacked
+        gradients.append((torch.stack(got), [leaf], [expected_grad], probe, f"(q, k, v) for B, S, NH, HS = "
+                          f"{B, S, NH, HS}"))
+    for checked in gradients:
+        _expect_gradients(*checked)
+    return ("q, k and v of every head, read from the interleaved layout, for any B, S, NH and HS, and the gradients "
+            "reach qkv through them.")
 
 
 def _multi_head(x: Tensor, Wqkv: nn.Module, Wo: nn.Module | None, num_heads: int, *, split: str = "right",
@@ -113,30 +129,31 @@ _MISTAKES_03_2: list[tuple[dict, str]] = [
 
 @contextlib.contextmanager
 def _written_out(fn: Callable) -> Iterator[None]:
-    """Inside the block F.scaled_dot_product_attention (under whatever name torch.nn.functional or `fn`'s module
-    holds it) and every layer of attention_lib refuse to run: the exercise asks for the maths written out. Everything
-    is put back as it was however the block ends."""
-    original = F.scaled_dot_product_attention
+    """Inside the block F.scaled_dot_product_attention and F.multi_head_attention_forward (under whatever name
+    torch.nn.functional or `fn`'s module holds them), nn.MultiheadAttention and every layer of attention_lib refuse to
+    run: the exercise asks for the maths written out. Everything is put back as it was however the block ends."""
+    originals = {id(f): f for f in (F.scaled_dot_product_attention, F.multi_head_attention_forward)}
 
     def refuse(*args, **kwargs):
         raise Hint("write the attention out (scores, softmax, weighted sum) instead of calling "
-                   "F.scaled_dot_product_attention or a layer of attention_lib.")
+                   "F.scaled_dot_product_attention, nn.MultiheadAttention (or its F.multi_head_attention_forward) "
+                   "or a layer of attention_lib.")
 
-    def refuse_our_layers(module, args):
-        if type(module).__module__.startswith("attention_lib."):
+    def refuse_layers(module, args):
+        if type(module).__module__.startswith("attention_lib.") or isinstance(module, nn.MultiheadAttention):
             refuse()
 
     spaces = [vars(F), getattr(fn, "__globals__", {})]
-    found = [(space, name) for space in spaces for name, value in list(space.items()) if value is original]
-    handle = nn.modules.module.register_module_forward_pre_hook(refuse_our_layers)
+    found = [(space, name, value) for space in spaces for name, value in list(space.items()) if id(value) in originals]
+    handle = nn.modules.module.register_module_forward_pre_hook(refuse_layers)
     try:
-        for space, name in found:
+        for space, name, _ in found:
             space[name] = refuse
         yield
     finally:
         handle.remove()
-        for space, name in found:
-            space[name] = original
+        for space, name, value in found:
+            space[name] = value
 
 
 def _steep(Wqkv: nn.Linear, num_heads: int, shift: float) -> None:
@@ -154,7 +171,10 @@ def _steep(Wqkv: nn.Linear, num_heads: int, shift: float) -> None:
 
 @grader("03.2")
 def check_03_2(multi_head_attention) -> str:
-    """multi_head_attention(x (B, S, C), Wqkv, Wo, num_heads) -> (B, S, C), with the maths written out."""
+    """multi_head_attention(x (B, S, C), Wqkv, Wo, num_heads) -> (B, S, C), with the maths written out, and its
+    gradients with respect to x and the weights."""
+    probes = torch.Generator().manual_seed(12)  # its own: the inputs come from the grader's seed 0, as before
+    gradients = []  # checked once every case's output is right: a wrong output has the more telling hint
     # e^score overflows above 88.7 in float32 and 709.8 in float64: scores shifted beyond that, on every key alike
     shift = 800.0 if dtype() == torch.float64 else 120.0
     cases = [  # B, S, C, NH (HS = C // NH): no two sizes alike, so that an axis taken for another shows
@@ -169,30 +189,42 @@ def check_03_2(multi_head_attention) -> str:
             _steep(Wqkv, NH, steep)
         x = torch.randn(B, S, C, dtype=dtype())  # (B, S, C)
         ref_Wqkv, ref_Wo = detached(Wqkv), detached(Wo)  # the reference, before the answer runs
+        # the output and its gradients for a random probe, with respect to x and the four weights, in float64
+        leaf64, Wqkv64, Wo64 = x.detach().double().requires_grad_(), detached(Wqkv).double(), detached(Wo).double()
+        expected = _multi_head(leaf64, Wqkv64, Wo64, NH)  # (B, S, C)
+        probe, expected_grads = _probed_gradients(expected, [leaf64, *Wqkv64.parameters(), *Wo64.parameters()],
+                                                  probes)
+        expected = expected.detach()
         with torch.no_grad():
-            expected = _multi_head(x, ref_Wqkv, ref_Wo, NH)  # (B, S, C), float64
             mistakes = []  # (what the mistake computes, its hint)
             for kw, hint in _MISTAKES_03_2:
                 kw = dict(kw)
                 mistakes.append((_multi_head(x, ref_Wqkv, kw.pop("Wo", ref_Wo), NH, **kw), hint))
+        leaf, given = requiring_grad(x)  # x in a graph, as the input of a layer is
         with _written_out(multi_head_attention):
-            got = call(multi_head_attention, x.clone(), Wqkv, Wo, NH)
+            got = call(multi_head_attention, given, Wqkv, Wo, NH)
         if isinstance(got, tuple):
             raise Hint("return only the output (B, S, C), not a tuple.")
         got = expect_shape(got, (B, S, C), f"the output for {what}")
         if close(got, expected):
+            gradients.append((got, [leaf, *Wqkv.parameters(), *Wo.parameters()], expected_grads, probe,
+                              f"the output for {what}"))
             continue
         if bool(got.isnan().any() | got.isinf().any()):
             raise Hint(f"the output has NaN or inf for {what}: an exponential overflowed (e^score is inf above 88.7 "
                        "in float32, 709.8 in float64), and inf / inf is NaN. Take scores.softmax(dim=-1): it "
                        "subtracts each row's largest score first, which changes nothing in the weights.")
+        expect_precision(got, expected, f"the output for {what}")  # before the mistakes, none of which it is
         for wrong, hint in mistakes:
             if close(got, wrong):
                 raise Hint(hint)
         expect_close(got, expected, f"the output for {what}", why="Check each step's shape against the notebook's "
                      "forward pass: (B, S, 3C) -> (B, S, 3, NH, HS) -> 3 x (B, NH, S, HS), scores / √HS, softmax over "
                      "the last axis, (B, NH, S, HS) -> (B, S, NH, HS) -> (B, S, C), then Wo.")
-    return "your multi-head attention equals BidirectionalAttention's explicit path, also when e^score overflows."
+    for checked in gradients:
+        _expect_gradients(*checked)
+    return ("your multi-head attention equals BidirectionalAttention's explicit path, also when e^score overflows, "
+            "and so do its gradients.")
 
 
 class _MhaCall(NamedTuple):
@@ -203,12 +235,16 @@ class _MhaCall(NamedTuple):
     training: bool
     attn_mask: bool  # given
     key_padding_mask: bool  # given
+    float_padding: bool  # a float key_padding_mask that is not additive (values other than 0 and -inf)
 
 
 @grader("03.3")
 def check_03_3(torch_attention) -> str:
     """torch_attention(mha, x (B, S, C), mask (B, S), True = real) -> (B, S, C), as our layer computes it: a query
-    that sees no key (a sequence of only padding) gets zero weights, a zero context, so Wo's bias as its output."""
+    that sees no key (a sequence of only padding) gets zero weights, a zero context, so Wo's bias as its output; and
+    the gradients with respect to x and mha's weights are finite and right."""
+    probes = torch.Generator().manual_seed(13)  # its own: the inputs come from the grader's seed 0, as before
+    gradients = []  # checked once every case's output is right: a wrong output has the more telling hint
     # (S, C, NH, lengths), B = len(lengths): no two of B, S, NH, HS, C alike, and in each case a sequence of only
     # padding, whose queries see no key, beside full and partly padded ones
     for S, C, NH, lengths in [(5, 8, 2, [5, 2, 0]), (6, 15, 3, [0, 6, 1, 4]), (7, 12, 4, [3, 0])]:
@@ -226,19 +262,31 @@ def check_03_3(torch_attention) -> str:
         with torch.enable_grad():  # off nn.MultiheadAttention's fast path, with need_weights=False: no NaN
             not_inverted = theirs(x, x, x, key_padding_mask=mask, need_weights=False)[0].detach()  # (B, S, C)
             unmasked = theirs(x, x, x, need_weights=False)[0].detach()  # (B, S, C)
+            # our layer's gradients for a random probe, in float64, with respect to x, then to mha's in_proj_weight,
+            # in_proj_bias, out_proj.weight and out_proj.bias, which its Wqkv and Wo copy in that order
+            ours64 = BidirectionalAttention.from_torch(detached(mha).double(), attn_impl="explicit")
+            leaf64 = x.detach().double().requires_grad_()  # (B, S, C)
+            probe, expected_grads = _probed_gradients(ours64(leaf64, mask), [leaf64, *ours64.Wqkv.parameters(),
+                                                                            *ours64.Wo.parameters()], probes)
+        leaf, given = requiring_grad(x)  # x in a graph, as the input of a layer is
+        weights = [mha.in_proj_weight, mha.in_proj_bias, mha.out_proj.weight, mha.out_proj.bias]
         calls: list[_MhaCall] = []  # every call of mha by the answer
 
         def record(module, args, kwargs, calls=calls):
             bound = inspect.signature(module.forward).bind(*args, **kwargs)
             bound.apply_defaults()
             a = bound.arguments
+            padding = a["key_padding_mask"]
+            ordinary = isinstance(padding, Tensor) and padding.layout == torch.strided and not padding.is_nested
+            additive = (not ordinary or padding.device.type != "cpu" or not padding.is_floating_point()
+                        or bool(((padding == 0) | (padding == float("-inf"))).all()))
             calls.append(_MhaCall(bool(a["need_weights"]), torch.is_grad_enabled(), module.training,
-                                  a["attn_mask"] is not None, a["key_padding_mask"] is not None))
+                                  a["attn_mask"] is not None, padding is not None, not additive))
 
         handle = mha.register_forward_pre_hook(record, with_kwargs=True)
         try:
             with torch.enable_grad():  # as in a model being trained: the grader runs your code with autograd on
-                got = call(torch_attention, mha, x.clone(), mask.clone())
+                got = call(torch_attention, mha, given, mask.clone())
         except Exception as raised:  # only the learner's own error gets this hint
             if getattr(raised, "error", None) is None or not any(c.attn_mask and not c.key_padding_mask for c in calls):
                 raise
@@ -263,7 +311,13 @@ def check_03_3(torch_attention) -> str:
                            "no key (a sequence of only padding; Appendix C). Off the fast path need_weights=False "
                            "gives it Wo's bias, as our layer does: leave autograd as your caller has it.")
         if close(got, expected):
+            gradients.append((got, [leaf, *weights], expected_grads, probe, any(c.need_weights for c in calls)))
             continue
+        if any(c.float_padding for c in calls):
+            raise Hint("a float key_padding_mask is added to the scores (0 keeps a key, -inf hides it), so a mask of "
+                       "0s and 1s such as (~mask).float() hides nothing, it only raises the padding keys' scores by "
+                       "1. Pass a bool mask, True where a key must be ignored: key_padding_mask=~mask.")
+        expect_precision(got, expected, "the output")  # before the mistakes below, none of which it is
         if close(got[mask], not_inverted[mask]):
             raise Hint("key_padding_mask is True where a key must be ignored, the opposite of our mask (True = real "
                        "token): pass key_padding_mask=~mask.")
@@ -281,5 +335,18 @@ def check_03_3(torch_attention) -> str:
                        "gives no NaN in the first place (Appendix C).")
         expect_close(got, expected, "the output", why="key_padding_mask is True where a key must be ignored: pass "
                      "~mask, need_weights=False, and call mha(x, x, x, ...) for self-attention.")
+    for got, leaves, expected_grads, probe, asked_weights in gradients:
+        if got.requires_grad:  # (without a gradient, expect_gradients says so)
+            grads = torch.autograd.grad((got * probe.to(got.dtype)).sum(), leaves, allow_unused=True,
+                                        retain_graph=True)
+            if not all(grad is None or bool(torch.isfinite(grad).all()) for grad in grads):
+                where = ("from nn.MultiheadAttention with need_weights=True, its default" if asked_weights else
+                         "from a softmax over -inf only")
+                raise Hint("the output is right, but its gradient has NaN: a query that sees no key (a sequence of "
+                           f"only padding) gets NaN weights {where}, and replacing the NaN afterwards (torch.where, "
+                           "nan_to_num, Wo's bias put in by hand) fixes the output only. On the way back the NaN "
+                           "reaches x and mha's weights, and training breaks: pass need_weights=False, which gives "
+                           "such a query Wo's bias without any NaN (Appendix C).")
+        _expect_gradients(got, leaves, expected_grads, probe, "the output")
     return ("nn.MultiheadAttention with key_padding_mask=~mask and need_weights=False computes what our layer "
-            "computes, also for a sequence of only padding (Wo's bias).")
+            "computes, also for a sequence of only padding (Wo's bias), with finite and right gradients.")

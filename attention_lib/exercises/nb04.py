@@ -8,24 +8,36 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-from ._grading import Hint, call, close, detached, dtype, expect_close, expect_shape, expect_tensor, fmt, grader
+from ._grading import (Hint, call, close, detached, dtype, expect_close, expect_precision, expect_shape,
+                       expect_tensor, fmt, grader, requiring_grad)
+from .nb00 import _expect_gradients, _probed_gradients
 
 __all__ = ["check_04_1", "check_04_2", "check_04_3", "check_04_4"]
 
 
 @grader("04.1")
 def check_04_1(average_past) -> str:
-    """average_past(x (B, S, C)) -> (B, S, C): token i = the mean of tokens 0..i."""
+    """average_past(x (B, S, C)) -> (B, S, C): token i = the mean of tokens 0..i, with its gradient."""
     g = torch.Generator().manual_seed(1)
+    probes = torch.Generator().manual_seed(14)  # apart from g, so that the inputs do not depend on the probes
+    gradients = []  # checked once every case's output is right: a wrong output has the more telling hint
     # no two sizes alike, so that an axis taken for another shows; S = 1 last: a token with no past but itself
     for B, S, C in [(2, 5, 3), (4, 7, 6), (3, 1, 2)]:
         x = torch.randn(B, S, C, generator=g, dtype=dtype())  # (B, S, C)
         counts = torch.arange(1, S + 1, dtype=torch.float64)[:, None]  # (S, 1): i + 1 tokens in row i
         xd = x.double()
-        expected = xd.cumsum(1) / counts  # (B, S, C), before the answer runs
-        got = expect_shape(call(average_past, x.clone()), (B, S, C), f"average_past(x) for x {(B, S, C)}")
+        # the averages and their gradient for a random probe, in float64, before the answer runs
+        leaf64 = xd.detach().clone().requires_grad_()  # (B, S, C)
+        expected = leaf64.cumsum(1) / counts  # (B, S, C)
+        probe, (expected_grad,) = _probed_gradients(expected, [leaf64], probes)
+        expected = expected.detach()
+        leaf, given = requiring_grad(x)  # x in a graph, as the input of a layer is
+        what = f"average_past(x) for x {(B, S, C)}"
+        got = expect_shape(call(average_past, given), (B, S, C), what)
         if close(got, expected):
+            gradients.append((got, [leaf], [expected_grad], probe, what))
             continue
+        expect_precision(got, expected, what)  # before the mistakes below, none of which it is
         if close(got, xd.mean(1, keepdim=True).expand_as(xd)):
             raise Hint("every token got the mean of the whole sequence: the future leaked in. Row i must average "
                        "tokens 0..i only: multiply by a lower-triangular matrix.")
@@ -47,31 +59,35 @@ def check_04_1(average_past) -> str:
             raise Hint("that averages along the features, the last axis of x; the tokens are axis 1 (dim=1), x is "
                        "(B, S, C).")
         expect_close(got, expected, "average_past(x)", why="Compare got[0, 2] with x[0, :3].mean(0).")
-    return "each token is the average of its past, itself included, for any B, S and C."
+    for checked in gradients:
+        _expect_gradients(*checked)
+    return "each token is the average of its past, itself included, for any B, S and C, and so is its gradient."
 
 
 @contextlib.contextmanager
 def _without_causal_mask(fn: Callable) -> Iterator[None]:
-    """Inside the block the package's `causal_mask` refuses to run, under whatever name `fn` or the package holds it:
-    the exercise asks for the mask built by hand. Every name is put back however the block ends."""
+    """Inside the block the package's `causal_mask` and the triangle it is made of, `_lower_triangle` (which
+    `sliding_window_mask` and the attention functions' is_causal use too), refuse to run, under whatever name `fn`,
+    the package or its modules hold them: the exercise asks for the mask built by hand. Every name is put back
+    however the block ends."""
     import attention_lib
-    from attention_lib import masks
+    from attention_lib import functional, masks
 
-    original = masks.causal_mask
+    originals = {id(f): f for f in (masks.causal_mask, masks._lower_triangle)}
 
     def refuse(*args, **kwargs):
         raise Hint("build the mask yourself (torch.ones(S_new, S_total, dtype=torch.bool).tril(diagonal=...)) "
-                   "instead of calling causal_mask.")
+                   "instead of calling causal_mask or the package's triangle behind it (_lower_triangle).")
 
-    spaces = [vars(masks), vars(attention_lib), getattr(fn, "__globals__", {})]
-    found = [(space, name) for space in spaces for name, value in list(space.items()) if value is original]
+    spaces = [vars(masks), vars(functional), vars(attention_lib), getattr(fn, "__globals__", {})]
+    found = [(space, name, value) for space in spaces for name, value in list(space.items()) if id(value) in originals]
     try:
-        for space, name in found:
+        for space, name, _ in found:
             space[name] = refuse
         yield
     finally:
-        for space, name in found:
-            space[name] = original
+        for space, name, value in found:
+            space[name] = value
 
 
 @grader("04.2")
@@ -127,6 +143,10 @@ def check_04_3(next_positions) -> str:
         if got.is_floating_point() or got.is_complex() or got.dtype == torch.bool:
             raise Hint(f"positions index an embedding table: return an integer tensor (e.g. torch.long), got "
                        f"{got.dtype}.")
+        if got.dtype not in (torch.long, torch.int32):
+            raise Hint(f"positions index an embedding table, and nn.Embedding takes torch.long (or torch.int32) "
+                       f"indices only: it refuses your {got.dtype}. Count in torch.long, mask.long().sum(-1), or "
+                       "convert with .long() at the end.")
         got = got.long()
         expected = n[:, None] + torch.arange(S_new)  # (B, S_new): each row goes on from its own count
         if torch.equal(got, expected):

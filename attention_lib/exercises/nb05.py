@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import NoReturn
@@ -11,7 +12,8 @@ from torch import Tensor, nn
 
 from ..functional import masked_softmax
 from ..masks import causal_mask
-from ._grading import Hint, call, close, detached, dtype, expect_close, expect_shape, fmt, grader
+from ._grading import (Hint, call, close, detached, dtype, expect_close, expect_gradients, expect_precision,
+                       expect_shape, fmt, grader, requiring_grad)
 
 __all__ = ["check_05_1", "check_05_2", "check_05_3"]
 
@@ -77,6 +79,18 @@ def _agrees(got: Tensor, candidate: Tensor, expected: Tensor) -> bool:
     return close(got[rows], candidate[rows])
 
 
+def _reference_gradients(fn, inputs: list[Tensor], modules: list[nn.Module], probe: Tensor) -> list[Tensor]:
+    """The gradients of sum(fn(*inputs, *modules) · probe) with respect to the inputs, then to every parameter of the
+    modules in order, computed in float64 on copies: the reference of `expect_gradients`, before the answer runs."""
+    leaves = [t.detach().double().requires_grad_() for t in inputs]
+    copies = [detached(m).double() for m in modules]
+    params = [p for m in copies for p in m.parameters()]
+    with torch.enable_grad():
+        out = fn(*leaves, *copies)
+        grads = torch.autograd.grad((out * probe.double()).sum(), leaves + params, allow_unused=True)
+    return [torch.zeros_like(t) if grad is None else grad for t, grad in zip(leaves + params, grads, strict=True)]
+
+
 def _named(n: int, sizes: dict[str, int]) -> str:
     names = [name for name, size in sizes.items() if size == n]
     return f"{n} ({' = '.join(names)})" if names else str(n)
@@ -107,107 +121,132 @@ def _explain_error(error: RuntimeError, sizes: dict[str, int]) -> NoReturn:
 def check_05_1(cross_attention) -> str:
     """`cross_attention(x, context, Wq, Wkv, Wo, num_heads, context_mask)` -> (B, S, C): queries from x (B, S, C), keys
     and values from the context (B, S_kv, C_kv) through Wkv laid out [k | v], the context's padding (B, S_kv) hidden
-    from every query, a query whose context is all padding gets zero weights (its output is Wo's bias)."""
+    from every query, a query whose context is all padding gets zero weights (its output is Wo's bias); gradients
+    reach x, the context and the three layers."""
     g = torch.Generator().manual_seed(51)
     # no two sizes alike, so that an axis taken for another shows; S < S_kv and S > S_kv, C_kv < C and C_kv > C;
-    # every case has a partly padded context, the first and the last an all-padding one (the queries see nothing)
-    cases = [  # (B, S, S_kv, NH, HS, C_kv, context lengths, whether the scores go beyond e^score's range)
-        (3, 4, 6, 2, 5, 7, [6, 2, 0], False),
-        (2, 7, 3, 4, 6, 30, [1, 3], False),
-        (5, 3, 8, 6, 2, 9, [8, 0, 5, 1, 3], True),
+    # every case has a partly padded context, the first and the last an all-padding one (the queries see nothing);
+    # padding on the right, on the left and in holes: the mask, not a count of real tokens, says which token is real
+    cases = [  # (B, S, S_kv, NH, HS, C_kv, context mask rows (1 = real), whether the scores go beyond e^score's range)
+        (3, 4, 6, 2, 5, 7, ["111111", "000011", "000000"], False),
+        (2, 7, 3, 4, 6, 30, ["100", "111"], False),
+        (5, 3, 8, 6, 2, 9, ["11111111", "00000000", "10110110", "11100000", "00000111"], True),
     ]
-    with torch.no_grad():
-        for B, S, S_kv, NH, HS, C_kv, lengths, loud in cases:
-            C = NH * HS
-            sizes = {"B": B, "S": S, "S_kv": S_kv, "NH": NH, "HS": HS, "C": C, "C_kv": C_kv}
-            Wq, Wkv, Wo = (nn.Linear(n_in, n_out).to(dtype()) for n_in, n_out in ((C, C), (C_kv, 2 * C), (C, C)))
-            x = torch.randn(B, S, C, generator=g, dtype=dtype())  # (B, S, C)
-            context = torch.randn(B, S_kv, C_kv, generator=g, dtype=dtype())  # (B, S_kv, C_kv)
+    for B, S, S_kv, NH, HS, C_kv, rows, loud in cases:
+        C = NH * HS
+        sizes = {"B": B, "S": S, "S_kv": S_kv, "NH": NH, "HS": HS, "C": C, "C_kv": C_kv}
+        Wq, Wkv, Wo = (nn.Linear(n_in, n_out).to(dtype()) for n_in, n_out in ((C, C), (C_kv, 2 * C), (C, C)))
+        x = torch.randn(B, S, C, generator=g, dtype=dtype())  # (B, S, C)
+        context = torch.randn(B, S_kv, C_kv, generator=g, dtype=dtype())  # (B, S_kv, C_kv)
+        with torch.no_grad():
             if loud:  # x scaled so that the largest score is twice ln(the dtype's largest number): e^score overflows
                 x = x * (2 * math.log(torch.finfo(dtype()).max) / _largest_score(x, context, Wq, Wkv, NH))
-            real = torch.arange(S_kv)[None, :] < torch.tensor(lengths)[:, None]  # (B, S_kv): True = real token
+            real = torch.tensor([[c == "1" for c in row] for row in rows])  # (B, S_kv): True = real token
             ref = (x.clone(), context.clone(), detached(Wq), detached(Wkv), detached(Wo), NH)  # the grader's copies
             pad = real[:, None, None, :]  # (B, 1, 1, S_kv)
             expected = _cross(*ref, pad, safe=True)  # (B, S, C), before the answer runs
-            try:
-                got = call(cross_attention, x, context, Wq, Wkv, Wo, NH, real.clone())
-            except Exception as raised:  # only the learner's own RuntimeError gets these hints
-                error = getattr(raised, "error", None)
-                if not isinstance(error, RuntimeError):
-                    raise
-                _explain_error(error, sizes)
-            got = expect_shape(got, (B, S, C), f"cross_attention(x, context, ...) for x {(B, S, C)} and context "
-                                               f"{(B, S_kv, C_kv)}").detach()
-            if close(got, expected):
-                continue
-            seen = real.any(dim=-1)  # (B,): contexts with some real token
-            if close(got[seen], expected[seen]):  # right wherever a query sees some key: the empty context is not
-                empty, want = got[~seen][0, 0], expected[~seen][0, 0]  # (C,): a query of an all-padding context
-                if bool(empty.isnan().any()):
-                    raise Hint(f"for a context that is all padding (lengths {lengths}) your output is NaN "
-                               f"({fmt(empty[:4])}...): its queries see no key, and the softmax of a row of -inf is "
-                               "0/0. The series' rule: a query that sees nothing gets zero weights, so its output is "
-                               "Wo's bias, never NaN. Use notebook 00's masked_softmax, or zero such rows' weights "
-                               "after the softmax.")
-                uniform = _cross(*ref, None, scale=0.0)  # (B, S, C): equal scores, equal weights on every key
-                if close(got[~seen], uniform[~seen]):
-                    raise Hint("a context that is all padding gives its queries uniform weights over the padded "
-                               "tokens: filling hidden scores with a large negative number (-1e9) leaves such a row "
-                               "equal scores. A query that sees nothing gets zero weights, so its output is Wo's "
-                               f"bias {fmt(want[:4])}..., here {fmt(empty[:4])}...: zero its weights after the "
-                               "softmax (notebook 00's masked_softmax does).")
-                raise Hint(f"a query whose context is all padding sees no key: its weights are zero and its output "
-                           f"is Wo's bias, {fmt(want[:4])}..., not {fmt(empty[:4])}... (zero the weights, then let "
-                           "Wo add its bias).")
-            triangle = torch.ones(S, S_kv, dtype=torch.bool).tril()  # (S, S_kv): j <= i
-            mistakes = [  # (hint, the mistake's options of _cross)
-                ("it is causal: query i only sees context tokens 0..i. Cross attention is not causal: the whole "
-                 "source is known, so every query may see every real context token.", dict(mask=pad & triangle)),
-                ("it is causal (the triangle of causal_mask(S, S_kv), aligned at the end of the keys). Cross "
-                 "attention is not causal: every query may see every real context token.",
-                 dict(mask=pad & causal_mask(S, S_kv))),
-                ("the context's padding is not masked: the padded context tokens get weight. Hide them with the "
-                 "(B, S_kv) mask, as (B, 1, 1, S_kv).", dict(mask=None)),
-                ("the mask is inverted: True means a real context token, which may be attended; you hid the real "
-                 "tokens and let the padding through.", dict(mask=~pad)),
-                (f"you forgot to scale the scores: divide q @ kᵀ by √HS = √{HS} before the softmax.",
-                 dict(mask=pad, scale=1.0)),
-                (f"you divided the scores by HS = {HS}; the scale is 1/√HS = 1/{HS**0.5:.3g}.",
-                 dict(mask=pad, scale=1 / HS)),
-                ("k and v are swapped: Wkv's output is laid out [k | v], the first C numbers are the keys, the last C "
-                 "the values.", dict(mask=pad, layout="[v | k]")),
-                ("Wkv's output is laid out [k | v]: the first C numbers are the keys of every head, the last C the "
-                 "values. You cut it per head into [k_h | v_h]: split it into its two halves first (chunk(2, "
-                 "dim=-1)), then each half into heads.", dict(mask=pad, layout="per head")),
-                (f"the heads are split by reshape(B, NH, S, HS) alone, which cuts the row of a token across "
-                 f"tokens: reshape to (B, S, NH, HS) = (B, S, {NH}, {HS}), then transpose(1, 2).",
-                 dict(mask=pad, split=False)),
-                ("the heads are merged without the transpose: (B, NH, S, HS).reshape(B, S, C) mixes tokens and heads. "
-                 "Transpose back to (B, S, NH, HS) first, .transpose(1, 2), then reshape to (B, S, C).",
-                 dict(mask=pad, merge=False)),
-                ("the softmax runs over the queries (dim=-2): it must run over the context tokens, the last axis "
-                 "(dim=-1), so that each query's weights sum to 1.", dict(mask=pad, dim=-2)),
-                ("Wo is missing: the merged heads (B, S, C) go through the output projection Wo.",
-                 dict(mask=pad, out=False)),
-            ]
-            for hint, options in mistakes:
-                if _agrees(got, _cross(*ref, **options), expected):
-                    raise Hint(hint)
-            if loud and bool(got[seen].isnan().any()):
-                top = _largest_score(*ref[:4], NH)
-                raise Hint(f"NaN for queries that see real context tokens, with scores up to {top:.3g}: an "
-                           f"exponential overflowed (e^{math.log(torch.finfo(dtype()).max):.0f} is inf in {dtype()}), "
-                           "and inf / inf is NaN. Hide the padding with -inf and let softmax take the exponentials: "
-                           "it subtracts each row's largest score first.")
-            for name in ("C", "C_kv", "S", "S_kv", "NH"):
-                if _agrees(got, _cross(*ref, pad, scale=sizes[name] ** -0.5), expected):
-                    raise Hint(f"you scaled the scores by 1/√{name} = 1/√{sizes[name]}; the scale is 1/√HS, the "
-                               f"width of one head: HS = C // num_heads = {HS}.")
-            expect_close(got, expected, f"the output for x {(B, S, C)} and context {(B, S_kv, C_kv)}",
-                         why="Wq reads x, Wkv reads the context and is laid out [k | v]; split both into heads of "
-                             "HS = C // num_heads and scale by 1/√HS.")
-    return ("queries from x, keys and values from the context, its padding hidden, no triangle, zeros for a query "
-            "whose context is all padding; S < S_kv and S > S_kv, C_kv < C and C_kv > C.")
+        probe = torch.randn(B, S, C, generator=g, dtype=torch.float64)  # (B, S, C): the gradients of sum(out · probe)
+        want = _reference_gradients(functools.partial(_cross, num_heads=NH, mask=pad, safe=True), [x, context],
+                                    [Wq, Wkv, Wo], probe)  # for x, the context, then the layers' parameters
+        (x_leaf, x_given), (c_leaf, c_given) = requiring_grad(x), requiring_grad(context)  # inputs in a graph
+        try:
+            out = call(cross_attention, x_given, c_given, Wq, Wkv, Wo, NH, real.clone())
+        except Exception as raised:  # only the learner's own RuntimeError gets these hints
+            error = getattr(raised, "error", None)
+            if not isinstance(error, RuntimeError):
+                raise
+            _explain_error(error, sizes)
+        what = f"cross_attention(x, context, ...) for x {(B, S, C)} and context {(B, S_kv, C_kv)}"
+        out = expect_shape(out, (B, S, C), what)
+        got = out.detach()
+        if close(got, expected):
+            if not loud:  # scores beyond e^score's range make float32 gradients differ by rounding alone
+                leaves = [x_leaf, c_leaf, *Wq.parameters(), *Wkv.parameters(), *Wo.parameters()]
+                expect_gradients(out, leaves, want, probe, what)
+            continue
+        expect_precision(got, expected, what)
+        with torch.no_grad():  # the mistakes, on the grader's copies
+            _diagnose_05_1(got, expected, ref, real, rows, sizes, loud)
+        expect_close(got, expected, f"the output for x {(B, S, C)} and context {(B, S_kv, C_kv)}",
+                     why="Wq reads x, Wkv reads the context and is laid out [k | v]; split both into heads of "
+                         "HS = C // num_heads and scale by 1/√HS.")
+    return ("queries from x, keys and values from the context, its padding hidden wherever it is, no triangle, zeros "
+            "for a query whose context is all padding, gradients for every input; S < S_kv and S > S_kv, C_kv < C "
+            "and C_kv > C.")
+
+
+def _diagnose_05_1(got: Tensor, expected: Tensor, ref: tuple, real: Tensor, rows: list[str], sizes: dict[str, int],
+                   loud: bool) -> None:
+    """Raise the hint for the usual mistake that `got` (B, S, C) makes, if it is one: `ref` the grader's copies of the
+    inputs, `real` (B, S_kv) the context mask, `rows` its rows as text, `loud` whether e^score overflows."""
+    S, S_kv, NH, HS = sizes["S"], sizes["S_kv"], sizes["NH"], sizes["HS"]
+    pad = real[:, None, None, :]  # (B, 1, 1, S_kv)
+    seen = real.any(dim=-1)  # (B,): contexts with some real token
+    if close(got[seen], expected[seen]):  # right wherever a query sees some key: the empty context is not
+        b = int((~seen).nonzero()[0])  # a context that is all padding
+        empty, want = got[b, 0], expected[b, 0]  # (C,): one of its queries
+        if bool(empty.isnan().any()):
+            raise Hint(f"for a context that is all padding (row {b} of context_mask, {rows[b]}) your output is NaN "
+                       f"({fmt(empty[:4])}...): its queries see no key, and the softmax of a row of -inf is 0/0. The "
+                       "series' rule: a query that sees nothing gets zero weights, so its output is Wo's bias, never "
+                       "NaN. Use notebook 00's masked_softmax, or zero such rows' weights after the softmax.")
+        uniform = _cross(*ref, None, scale=0.0)  # (B, S, C): equal scores, equal weights on every key
+        if close(got[~seen], uniform[~seen]):
+            raise Hint("a context that is all padding gives its queries uniform weights over the padded tokens: "
+                       "filling hidden scores with a large negative number rather than -inf leaves such a row equal "
+                       "scores. A query that sees nothing gets zero weights, so its output is Wo's bias "
+                       f"{fmt(want[:4])}..., here {fmt(empty[:4])}...: zero its weights after the softmax (notebook "
+                       "00's masked_softmax does).")
+        raise Hint(f"a query whose context is all padding sees no key: its weights are zero and its output is Wo's "
+                   f"bias, {fmt(want[:4])}..., not {fmt(empty[:4])}... (zero the weights, then let Wo add its bias).")
+    triangle = torch.ones(S, S_kv, dtype=torch.bool).tril()  # (S, S_kv): j <= i
+    counted = torch.arange(S_kv) < real.sum(dim=-1, keepdim=True)  # (B, S_kv): the first `length` tokens
+    mistakes = [  # (hint, the mistake's options of _cross)
+        ("it is causal: query i only sees context tokens 0..i. Cross attention is not causal: the whole "
+         "source is known, so every query may see every real context token.", dict(mask=pad & triangle)),
+        ("it is causal (the triangle of causal_mask(S, S_kv), aligned at the end of the keys). Cross "
+         "attention is not causal: every query may see every real context token.",
+         dict(mask=pad & causal_mask(S, S_kv))),
+        ("the context's padding is not masked: the padded context tokens get weight. Hide them with the "
+         "(B, S_kv) mask, as (B, 1, 1, S_kv).", dict(mask=None)),
+        ("the mask is inverted: True means a real context token, which may be attended; you hid the real "
+         "tokens and let the padding through.", dict(mask=~pad)),
+        (f"you rebuilt the mask from the number of real tokens, as if the real tokens always came first: here "
+         f"context_mask has the rows {rows}, whose padding is not all on the right. Use the mask you are given, "
+         "context_mask[:, None, None, :].", dict(mask=counted[:, None, None, :], safe=True)),
+        (f"you forgot to scale the scores: divide q @ kᵀ by √HS = √{HS} before the softmax.",
+         dict(mask=pad, scale=1.0)),
+        (f"you divided the scores by HS = {HS}; the scale is 1/√HS = 1/{HS**0.5:.3g}.",
+         dict(mask=pad, scale=1 / HS)),
+        ("k and v are swapped: Wkv's output is laid out [k | v], the first C numbers are the keys, the last C "
+         "the values.", dict(mask=pad, layout="[v | k]")),
+        ("Wkv's output is laid out [k | v]: the first C numbers are the keys of every head, the last C the "
+         "values. You cut it per head into [k_h | v_h]: split it into its two halves first (chunk(2, "
+         "dim=-1)), then each half into heads.", dict(mask=pad, layout="per head")),
+        (f"the heads are split by reshape(B, NH, S, HS) alone, which cuts the row of a token across "
+         f"tokens: reshape to (B, S, NH, HS) = (B, S, {NH}, {HS}), then transpose(1, 2).",
+         dict(mask=pad, split=False)),
+        ("the heads are merged without the transpose: (B, NH, S, HS).reshape(B, S, C) mixes tokens and heads. "
+         "Transpose back to (B, S, NH, HS) first, .transpose(1, 2), then reshape to (B, S, C).",
+         dict(mask=pad, merge=False)),
+        ("the softmax runs over the queries (dim=-2): it must run over the context tokens, the last axis "
+         "(dim=-1), so that each query's weights sum to 1.", dict(mask=pad, dim=-2)),
+        ("Wo is missing: the merged heads (B, S, C) go through the output projection Wo.",
+         dict(mask=pad, out=False)),
+    ]
+    for hint, options in mistakes:
+        if _agrees(got, _cross(*ref, **options), expected):
+            raise Hint(hint)
+    if loud and bool(got[seen].isnan().any()):
+        top = _largest_score(*ref[:4], NH)
+        raise Hint(f"NaN for queries that see real context tokens, with scores up to {top:.3g}: an "
+                   f"exponential overflowed (e^{math.log(torch.finfo(dtype()).max):.0f} is inf in {dtype()}), "
+                   "and inf / inf is NaN. Hide the padding with -inf and let softmax take the exponentials: "
+                   "it subtracts each row's largest score first.")
+    for name in ("C", "C_kv", "S", "S_kv", "NH"):
+        if _agrees(got, _cross(*ref, pad, scale=sizes[name] ** -0.5), expected):
+            raise Hint(f"you scaled the scores by 1/√{name} = 1/√{sizes[name]}; the scale is 1/√HS, the "
+                       f"width of one head: HS = C // num_heads = {HS}.")
 
 
 # --- 05.2: post-norm ------------------------------------------------------------------------------------------------
@@ -257,6 +296,14 @@ def _post_norm_mistakes(b: nn.Module, x: Tensor, context: Tensor) -> list[tuple[
     h = b.norm1(h + ca(h))
     mistakes.append(("every step uses norm1: each sub-layer has its own norm with its own weights, norm1 after "
                      "self_attn, norm2 after cross_attn, norm3 after ffn.", b.norm1(h + ffn(h))))
+    for eps in (1e-5, 1e-6, 1e-12):  # the defaults of F.layer_norm and of other libraries, in place of the block's
+        plain = detached(b)
+        for norm in (plain.norm1, plain.norm2, plain.norm3):
+            norm.eps = eps
+        mistakes.append((f"your layer norm does not use the norms' own eps: this block's norms have eps = "
+                         f"{b.norm1.eps:g} (norm.eps), yours behave as if it were {eps:g}. Call the norm modules, "
+                         "block.norm1(...), or pass their eps: F.layer_norm(h, norm.normalized_shape, norm.weight, "
+                         "norm.bias, norm.eps).", _post_norm(plain, x, context)))
     if context.shape[-1] == x.shape[-1]:  # norm2 can read the context only when C_kv == C
         h = b.norm1(x + sa(x))
         h = b.norm2(h + b.cross_attn(h, b.norm2(context)))
@@ -267,24 +314,26 @@ def _post_norm_mistakes(b: nn.Module, x: Tensor, context: Tensor) -> list[tuple[
 
 @grader("05.2")
 def check_05_2(post_norm_block) -> str:
-    """`post_norm_block(block, x, context)` -> the 2017 order, x = norm(x + f(x)), from the block's parts."""
+    """`post_norm_block(block, x, context)` -> the 2017 order, x = norm(x + f(x)), from the block's parts; gradients
+    reach x, the context and every weight of the block."""
     from .. import DecoderBlock
 
     g = torch.Generator().manual_seed(52)
-    # no two sizes alike: (B, S, S_kv, NH, HS, C_kv, C_ff); the first case is PyTorch's own post-norm layer, whose
-    # context has the width of x (C_kv = C), the others a context of another width; S = 1 last
-    cases = [(3, 5, 7, 2, 8, None, 24), (2, 6, 3, 4, 5, 9, 13), (4, 1, 5, 3, 2, 11, 7)]
-    with torch.no_grad():
-        for B, S, S_kv, NH, HS, C_kv, C_ff in cases:
-            C = NH * HS
+    # no two sizes alike: (B, S, S_kv, NH, HS, C_kv, C_ff, the norms' eps); the first case is PyTorch's own post-norm
+    # layer, whose context has the width of x (C_kv = C), the others a context of another width and norms whose eps
+    # is not LayerNorm's default (it is the block's to choose); S = 1 last
+    cases = [(3, 5, 7, 2, 8, None, 24, 1e-3), (2, 6, 3, 4, 5, 9, 13, 0.1), (4, 1, 5, 3, 2, 11, 7, 1e-5)]
+    for B, S, S_kv, NH, HS, C_kv, C_ff, eps in cases:
+        C = NH * HS
+        with torch.no_grad():
             if C_kv is None:
-                torch_layer = nn.TransformerDecoderLayer(C, NH, C_ff, dropout=0.0, norm_first=True, batch_first=True,
-                                                         dtype=dtype()).eval()
+                torch_layer = nn.TransformerDecoderLayer(C, NH, C_ff, dropout=0.0, layer_norm_eps=eps,
+                                                         norm_first=True, batch_first=True, dtype=dtype()).eval()
                 for norm in (torch_layer.norm1, torch_layer.norm2, torch_layer.norm3):  # not the identity: the
                     norm.weight.uniform_(0.5, 1.5), norm.bias.uniform_(-0.5, 0.5)  # place of a norm shows
                 block = DecoderBlock.from_torch(torch_layer, context_size=S)  # the same weights
             else:
-                block = DecoderBlock(C, NH, C_ff, context_size=S, kv_hidden_size=C_kv).to(dtype()).eval()
+                block = DecoderBlock(C, NH, C_ff, context_size=S, kv_hidden_size=C_kv, eps=eps).to(dtype()).eval()
                 for norm in (block.norm1, block.norm2, block.norm3):
                     norm.weight.uniform_(0.5, 1.5), norm.bias.uniform_(-0.5, 0.5)
             x = torch.randn(B, S, C, generator=g, dtype=dtype())  # (B, S, C)
@@ -295,30 +344,36 @@ def check_05_2(post_norm_block) -> str:
                 expected = torch_layer(*inputs, tgt_mask=~causal_mask(S)[0], tgt_is_causal=True)  # (B, S, C)
             else:
                 expected = _post_norm(copy, *inputs)  # (B, S, C)
+        probe = torch.randn(B, S, C, generator=g, dtype=torch.float64)  # (B, S, C): the gradients of sum(out · probe)
+        want = _reference_gradients(lambda x, c, b: _post_norm(b, x, c), [x, context], [block], probe)
+        (x_leaf, x_given), (c_leaf, c_given) = requiring_grad(x), requiring_grad(context)  # inputs in a graph
 
-            def refuse(*args, **kwargs):
-                raise Hint("compute the block from its parts (norm1..3, self_attn, cross_attn, ffn), not with "
-                           "block(...): block(...) is the pre-norm order.")
+        def refuse(*args, **kwargs):
+            raise Hint("compute the block from its parts (norm1..3, self_attn, cross_attn, ffn), not with "
+                       "block(...): block(...) is the pre-norm order.")
 
-            block.forward = refuse  # an attribute of this block only: deleted below, whatever happens
-            try:
-                got = call(post_norm_block, block, x, context)
-            finally:
-                del block.forward
-            what = f"post_norm_block(block, x, context) for x {(B, S, C)} and context {tuple(context.shape)}"
-            got = expect_shape(got, (B, S, C), what).detach()
-            if close(got, expected):
-                continue
+        block.forward = refuse  # an attribute of this block only: deleted below, whatever happens
+        try:
+            out = call(post_norm_block, block, x_given, c_given)
+        finally:
+            del block.forward
+        what = f"post_norm_block(block, x, context) for x {(B, S, C)} and context {tuple(context.shape)}"
+        out = expect_shape(out, (B, S, C), what)
+        got = out.detach()
+        if close(got, expected):
+            expect_gradients(out, [x_leaf, c_leaf, *block.parameters()], want, probe, what)
+            continue
+        with torch.no_grad():
             for hint, mistake in _post_norm_mistakes(copy, *inputs):
                 if close(mistake, expected):  # this case cannot tell the mistake (S = 1 hides some)
                     continue
                 if close(got, mistake):
                     raise Hint(hint)
-            expect_close(got, expected, what, why="Three steps, each x = norm_i(x + f(x)): self_attn, cross_attn "
-                         "(with the context), ffn; the grader compares with nn.TransformerDecoderLayer(norm_first="
-                         "False) holding the same weights.")
+        expect_close(got, expected, what, why="Three steps, each x = norm_i(x + f(x)): self_attn, cross_attn "
+                     "(with the context), ffn; the grader compares with nn.TransformerDecoderLayer(norm_first="
+                     "False) holding the same weights.")
     return ("post-norm, as in the 2017 Transformer and nn.TransformerDecoderLayer(norm_first=False), also with a "
-            "context of another width and with one token.")
+            "context of another width, norms of another eps and one token; gradients reach every weight.")
 
 
 # --- 05.3: decoding through a stack ---------------------------------------------------------------------------------
@@ -443,9 +498,8 @@ def check_05_3(decode_stack) -> str:
             for block in [detached(block) for block in blocks]:
                 expected = block(expected, context.clone())  # (B, S, C): block n reads block n - 1's output
         record = _Record(blocks)
-        try:
-            with torch.no_grad():  # a cache keeps no gradients
-                got = call(decode_stack, blocks, x, context)
+        try:  # with gradients enabled, as in a notebook: a cache keeps none, so the answer turns them off itself
+            got = call(decode_stack, blocks, x, context)
         except Exception as raised:  # a wrong way of running the stack can make the code fail: name it first
             if getattr(raised, "error", None) is not None:
                 _check_record(record, L, S, tokens, complete=False)

@@ -7,7 +7,8 @@ import math
 import torch
 from torch import Tensor
 
-from ._grading import Hint, call, close, dtype, expect_close, expect_equal, expect_shape, expect_tensor, fmt, grader
+from ._grading import (Hint, call, close, dtype, expect_close, expect_equal, expect_precision, expect_shape,
+                       expect_tensor, fmt, grader)
 
 __all__ = ["check_06_1", "check_06_2", "check_06_3"]
 
@@ -91,6 +92,9 @@ def check_06_2(mask_of) -> str:
         expected = (j <= i) & (j >= pad)  # (S, S)
         if torch.equal(got, expected):
             continue
+        if torch.equal(got, ~expected):  # before the rules below: an inverted mask breaks every one of them
+            raise Hint(f"{what} is the picture's mask inverted: True means 'may attend' (the green cells), False "
+                       "hidden (the grey ones), as everywhere in the series. Drop the ~ (or swap the comparisons).")
         if torch.equal(got, expected.T):
             raise Hint(f"{what} is the picture's mask transposed: rows are the queries (i), columns the keys (j). A "
                        "key j is visible to query i when j <= i and j >= pad.")
@@ -121,6 +125,18 @@ def check_06_2(mask_of) -> str:
 # --- 06.3: row entropy ----------------------------------------------------------------------------------------------
 
 
+_EPS = (1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-12)  # the small numbers put inside a log, ln(w + eps)
+
+
+def _digits(a: float, b: float) -> tuple[str, str]:
+    """a and b rounded to the fewest significant digits (3 at least) that tell them apart, for a message."""
+    for n in range(3, 17):
+        shown = f"{a:#.{n}g}", f"{b:#.{n}g}"  # #: trailing zeros kept, so that both have n digits
+        if shown[0] != shown[1]:
+            return shown
+    return shown
+
+
 @grader("06.3")
 def check_06_3(row_entropy) -> str:
     """`row_entropy(weights (NH, S, S_kv))` -> (NH, S): -sum_j w log w in nats, 0 for zero rows, never NaN."""
@@ -136,8 +152,10 @@ def check_06_3(row_entropy) -> str:
     extreme[3, 1] = torch.tensor([0.5, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0])  # ln 2
     single = _weights(3, 1, 6, g).double()  # S = 1: one query per head
     single[1] = 0  # and its row empty in head 1
-    # no two sizes alike (NH, S, S_kv), S = 1, zero rows, hidden keys, one-hot, uniform and tiny weights
-    for weights in (first.to(dtype()), extreme.to(dtype()), single.to(dtype())):
+    many = _weights(2, 3, 4096, g, spread=0.1).double()  # a long context, nearly uniform: every weight about 2e-4,
+    # so that ln(w + eps) drifts by S_kv · eps, beyond float32's tolerance for eps = 1e-6
+    # no two sizes alike (NH, S, S_kv), S = 1, zero rows, hidden keys, one-hot, uniform, tiny and many weights
+    for weights in (first.to(dtype()), extreme.to(dtype()), single.to(dtype()), many.to(dtype())):
         NH, S, S_kv = weights.shape
         w = weights.double()
         expected = -torch.special.xlogy(w, w).sum(-1) + 0.0  # (NH, S), before the answer runs (+ 0.0: no -0)
@@ -156,6 +174,8 @@ def check_06_3(row_entropy) -> str:
             raise Hint(f"{what} has shape (NH, S_kv) = {(NH, S_kv)}: you summed over the queries (dim=-2). A row is "
                        "one query's weights over the keys: sum over the last axis, for shape (NH, S).")
         expect_shape(got, (NH, S), f"{what} (one value per head and query)")
+        if close(got, expected):
+            continue
         zero_rows = w.sum(-1) == 0  # (NH, S)
         if bool(got.isnan().any()):
             if bool(got[~zero_rows].isnan().any()):
@@ -165,6 +185,18 @@ def check_06_3(row_entropy) -> str:
             raise Hint("a query that sees no key (a zero row) got NaN: its entropy is 0, there is nothing to spread. "
                        "Dividing a row by its sum gives 0 / 0 = NaN there: leave the weights as they are (each row "
                        "already sums to 1, or is all zero) and count w = 0 as 0.")
+        # ln(w + eps) first, and only when the answer is much nearer to it than it is to the entropy: a computation
+        # in float32 is off by rounding, which no shift by eps explains, and has the hint of expect_precision
+        off = (got.detach().double() - expected).abs().max()  # (): how far the answer is from the entropy
+        for eps in _EPS:
+            shifted = -(w * (w + eps).log()).sum(-1)  # (NH, S)
+            nearer = 10 * (got.detach().double() - shifted).abs().max() < off  # the shift explains the answer
+            if not close(shifted, expected) and close(got, shifted) and nearer:
+                raise Hint(f"you added a small number inside the log, ln(w + eps) with eps = {eps:g}: the term -w ln w "
+                           f"of every visible key then shrinks by about eps, so a row of S_kv = {S_kv} keys is off by "
+                           f"up to S_kv · eps = {S_kv * eps:.2g}. Count w = 0 as 0 exactly instead: "
+                           "torch.special.xlogy(w, w), or torch.where(w > 0, w * w.log(), 0).")
+        expect_precision(got, expected, what)
         mistakes = [
             ("the entropy is -sum w ln w, which is >= 0: you lost the minus sign.", -expected),
             ("that is the entropy in bits (log2); the exercise asks for nats, the natural log (torch.log).",
@@ -177,7 +209,10 @@ def check_06_3(row_entropy) -> str:
         for hint, mistake in mistakes:
             if not close(mistake, expected) and close(got, mistake):
                 raise Hint(hint)
-        expect_close(got, expected, what, why=f"Expected {fmt(expected[0])} for head 0, got {fmt(got[0])}: sum -w ln w "
-                     "over the keys (the last axis), counting w = 0 as 0; adding a small number inside the log, "
-                     "ln(w + eps), is off by about eps for every key.")
-    return "zero rows and hidden keys give 0, one-hot rows 0, spread rows more (at most ln S_kv), also for S = 1."
+        gap = (got.detach().double() - expected).abs().nan_to_num(math.inf)  # (NH, S)
+        h, i = divmod(int(gap.argmax()), S)  # the worst entry
+        want, have = _digits(float(expected[h, i]), float(got[h, i]))
+        expect_close(got, expected, what, why=f"At the worst entry, head {h} and query {i}, the entropy is {want}, "
+                     f"got {have}: sum -w ln w over the keys (the last axis), counting w = 0 as 0.")
+    return ("zero rows and hidden keys give 0, one-hot rows 0, spread rows more (at most ln S_kv), also for S = 1 and "
+            "4096 keys.")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import numbers
 
 import torch
 from torch import Tensor
 
 from ..efficient import tiled_forward
-from ._grading import Hint, call, close, dtype, expect_close, expect_shape, fmt, grader
+from ._grading import Hint, call, close, dtype, expect_close, expect_precision, expect_shape, expect_tensor, fmt, grader
 
 __all__ = ["check_07_1", "check_07_2", "check_07_3"]
 
@@ -82,6 +84,23 @@ def _worst_row(got: Tensor, expected: Tensor, rows: Tensor) -> int:
     return int(gap.masked_fill(~rows, -1.0).argmax())
 
 
+def _expect_rows(rows: Tensor, where: list[str], why: str, **pairs: tuple[Tensor, Tensor]) -> None:
+    """Each named (got, expected) pair must be right on `rows` (bool (rows,)); else the hint 'in {where[r]} (a, b)
+    should be (..., ...), got (..., ...){why}', for the row r where the first pair that misses is furthest off."""
+    for got, expected in pairs.values():
+        if not close(got[rows], expected[rows]):
+            r = _worst_row(got, expected, rows)
+            want, have = (", ".join(fmt(pair[k][r]) for pair in pairs.values()) for k in (1, 0))
+            raise Hint(f"in {where[r]} ({', '.join(pairs)}) should be ({want}), got ({have}){why}")
+
+
+def _precise(rows: Tensor, **pairs: tuple[Tensor, Tensor]) -> None:
+    """expect_precision for each named (got, expected) pair on `rows` (bool (rows,)), the rows whose expected values
+    are finite (an infinity minus itself would say nothing)."""
+    for name, (got, expected) in pairs.items():
+        expect_precision(got[rows], expected[rows], name)
+
+
 def _merge_state(r: int, kinds: list[str], m1: Tensor, l1: Tensor, m2: Tensor, l2: Tensor) -> str:
     """Row r of the inputs of 07.1, rounded, for a message."""
     return f"row {r} ({kinds[r]}: m1 = {fmt(m1[r])}, l1 = {fmt(l1[r])}, m2 = {fmt(m2[r])}, l2 = {fmt(l2[r])})"
@@ -110,6 +129,7 @@ def check_07_1(merge) -> str:
                        + (f" of length {len(got)}." if isinstance(got, tuple | list) else "."))
         m = expect_shape(got[0], (rows,), "m").detach()
         l = expect_shape(got[1], (rows,), "l").detach()
+        _precise(exp_m.isfinite(), m=(m, exp_m), l=(l, exp_l))  # before the diagnoses: their numbers would look equal
         d1, d2 = (m1.double() - exp_m).exp(), (m2.double() - exp_m).exp()  # (rows,): e^(m_block - m), both <= 1
 
         # rows that see both blocks, scores of ordinary size: the maximum in block 1, in block 2, or in both
@@ -140,6 +160,9 @@ def check_07_1(merge) -> str:
             if close(l[plain], torch.maximum(L1 * d1, L2 * d2)[plain]) or close(l[plain], torch.maximum(L1, L2)[plain]):
                 raise Hint(f"{shown}: l is a sum over the keys of both blocks; add the two sums (each measured "
                            "against the merged maximum) rather than keeping the larger one. Only m is a maximum.")
+            if close(l[plain], (L1 * 2 ** (m1.double() - exp_m) + L2 * 2 ** (m2.double() - exp_m))[plain]):
+                raise Hint(f"{shown}: your factors are powers of 2 (torch.exp2), 2^(m1 - m). l1 and l2 are sums of "
+                           "e^(z - m_block), so measuring them against m takes e^(m1 - m): torch.exp.")
             if close(l[plain], (L1 * m1.double().exp() + L2 * m2.double().exp())[plain]):
                 raise Hint(f"{shown}: your l is the sum of e^z, but l is measured against the maximum, the sum of "
                            "e^(z - m) (so that e^z never has to be computed: it overflows). Rescale l1 and l2 to the "
@@ -149,12 +172,9 @@ def check_07_1(merge) -> str:
                        "maximum m = max(m1, m2) before adding them.")
 
         # scores near ±huge: e^m overflows to inf or underflows to 0, only differences may be exponentiated
-        extreme = kind["huge"] | kind["tiny"] | kind["apart"]  # (rows,)
-        if not (close(m[extreme], exp_m[extreme]) and close(l[extreme], exp_l[extreme])):
-            r = _worst_row(l, exp_l, extreme) if close(m[extreme], exp_m[extreme]) else _worst_row(m, exp_m, extreme)
-            raise Hint(f"in {state[r]} (m, l) should be ({fmt(exp_m[r])}, {fmt(exp_l[r])}), got ({fmt(m[r])}, "
-                       f"{fmt(l[r])}). {_exp_range()}: never exponentiate a maximum or a score alone, only "
-                       "differences such as m1 - m (at most 0).")
+        _expect_rows(kind["huge"] | kind["tiny"] | kind["apart"], state, f". {_exp_range()}: never exponentiate a "
+                     "maximum or a score alone, only differences such as m1 - m (at most 0).", m=(m, exp_m),
+                     l=(l, exp_l))
 
         # rows with a hidden block: m = -inf, l = 0 there, and e^(-inf - (-inf)) is NaN
         hidden = kind["block 1 hidden"] | kind["block 2 hidden"] | kind["both hidden"]  # (rows,)
@@ -200,23 +220,36 @@ def _span_blocks(i0: int, i1: int, S: int, S_kv: int, block_size: int, back: int
 
 
 def _as_starts(got, where: str) -> list[int]:
-    """The answer of 07.2 as a list of ints: any sequence of whole numbers (a 1-D integer tensor too) in its order."""
+    """The answer of 07.2 as a list of ints, in its order: a sequence of integers (Python's or numpy's, a range) or a
+    1-D integer tensor; anything else (floats, a 2-D tensor, a set, a mask) gets a hint."""
     if isinstance(got, set | frozenset):
         raise Hint(f"{where}, you returned a set: a set has no order, and the blocks must come in increasing order. "
                    "Return a list (or a range).")
     if isinstance(got, Tensor):
+        got = expect_tensor(got, f"{where}, the tensor you returned")
         if got.dtype == torch.bool:
             raise Hint(f"{where}, you returned a bool tensor {got.int().tolist()}, one entry per block: return the "
                        "starts j0 of the blocks to visit (multiples of block_size), not a mask over the blocks.")
-        got = got.reshape(-1).tolist()
+        if got.ndim != 1:
+            raise Hint(f"{where}, you returned a tensor of shape {tuple(got.shape)}: return one start per block, in "
+                       "a list or a 1-D tensor of shape (n,).")
+        got = got.tolist()  # Python ints, or floats for a float tensor (refused below)
     try:
-        got = list(got)
-        if any(isinstance(j, bool) or int(j) != j for j in got):
-            raise TypeError
-        return [int(j) for j in got]
-    except (TypeError, ValueError):
-        raise Hint(f"{where}, window_key_blocks should return a list of block starts j0 (whole numbers), got "
-                   f"{got!r}.") from None
+        starts = list(got)
+    except TypeError:
+        starts = None  # not a sequence at all
+    if starts is not None and all(isinstance(j, numbers.Integral) and not isinstance(j, bool) for j in starts):
+        return [int(j) for j in starts]
+    floats = [float(j) for j in starts or [] if isinstance(j, numbers.Real) and not isinstance(j, numbers.Integral)]
+    if any(not math.isfinite(j) for j in floats):
+        raise Hint(f"{where}, you returned {next(j for j in floats if not math.isfinite(j))} among the block starts: "
+                   "return the start of every block to visit and nothing else, each a key index 0 .. S_kv - 1 (an "
+                   "int); an end marker or a placeholder is no block.")
+    if floats:
+        raise Hint(f"{where}, you returned {floats[0]} among the block starts: a block start is the index of a key, "
+                   "a whole number (an int). Divide with //, not /, or convert with int(...).")
+    raise Hint(f"{where}, window_key_blocks should return a list of block starts j0 (whole numbers), got "
+               f"{got!r}.")
 
 
 @grader("07.2")
@@ -302,16 +335,17 @@ def check_07_2(window_key_blocks) -> str:
 
 # --- 07.3: split-KV decoding: combine two ranges of keys -----------------------------------------------------------
 
-# the kinds of rows of 07.3: which ranges hold a visible key, and scores whose e^lse over- or underflows
-_COMBINE_KINDS = ("both", "only range 1", "huge", "both", "only range 2", "tiny", "neither", "both", "apart")
+# the kinds of rows of 07.3: which ranges hold a visible key, scores whose e^lse over- or underflows, and a NaN score
+# in one range (tiled_forward then gives that range NaN for out and lse, as it gives the whole row over all the keys)
+_COMBINE_KINDS = ("both", "only range 1", "huge", "both", "only range 2", "tiny", "neither", "both", "apart", "NaN")
 
 
 def _combined(out1: Tensor, lse1: Tensor, out2: Tensor, lse2: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The right combination in float64: (out (..., S, HS), lse (..., S)) and the weights of the ranges (..., S)."""
     a = lse1.double().masked_fill(lse1 == math.inf, -math.inf)  # (..., S): a range that sees nothing weighs nothing
     b = lse2.double().masked_fill(lse2 == math.inf, -math.inf)  # (..., S)
-    lse = torch.logaddexp(a, b)  # (..., S): log(e^lse1 + e^lse2)
-    seen = lse > -math.inf  # (..., S)
+    lse = torch.logaddexp(a, b)  # (..., S): log(e^lse1 + e^lse2), NaN where a range saw a NaN
+    seen = lse != -math.inf  # (..., S): not `lse > -inf`, which a NaN row would fail and so look empty
     safe = torch.where(seen, lse, 0.0)  # (..., S)
     w1, w2 = (a - safe).exp(), (b - safe).exp()  # (..., S) each: the share of each range, summing to 1
     out = w1[..., None] * out1.double() + w2[..., None] * out2.double()  # (..., S, HS)
@@ -320,9 +354,10 @@ def _combined(out1: Tensor, lse1: Tensor, out2: Tensor, lse2: Tensor) -> tuple[T
 
 def _combine_case(
     lead: tuple[int, ...], S: int, S_kv: int, HS: int, split: int, g: torch.Generator
-) -> tuple[Tensor, Tensor, Tensor, Tensor, list[str]]:
-    """Inputs of 07.3: tiled_forward's (out, lse) over the keys 0..split-1 and split..S_kv-1, in the grader's dtype,
-    and the kind of each row (rows = prod(lead) · S, flattened)."""
+) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...] | None, list[str]]:
+    """Inputs of 07.3: tiled_forward's (out1, lse1, out2, lse2) over the keys 0..split-1 and split..S_kv-1, in the
+    grader's dtype; the same with a NaN score in the rows of kind "NaN" (None if the case has none); and the kind of
+    each row (rows = prod(lead) · S, flattened). Without the NaN scores those rows are rows of kind "both"."""
     rows = math.prod(lead) * S
     kinds = [_COMBINE_KINDS[r % len(_COMBINE_KINDS)] for r in range(rows)]
     huge = _huge()
@@ -330,23 +365,59 @@ def _combine_case(
     k, v = torch.randn(2, *lead, S_kv, HS, generator=g, dtype=dtype()).unbind(0)  # (..., S_kv, HS) each
     visible = torch.rand(rows, S_kv, generator=g) < 0.7  # (rows, S_kv)
     bias = torch.zeros(rows, S_kv, dtype=torch.float64)  # (rows, S_kv)
+    nan = torch.zeros(rows, S_kv, dtype=torch.float64)  # (rows, S_kv): NaN where a row's score is NaN, else 0
     for r, kind in enumerate(kinds):
         one, two = {"only range 1": (True, False), "only range 2": (False, True), "neither": (False, False)}.get(
             kind, (True, True))  # whether the row sees keys in range 1, in range 2
-        visible[r, int(torch.randint(0, split, (), generator=g))] = True  # at least one key in each range...
-        visible[r, int(torch.randint(split, S_kv, (), generator=g))] = True
+        keys = int(torch.randint(0, split, (), generator=g)), int(torch.randint(split, S_kv, (), generator=g))
+        visible[r, list(keys)] = True  # at least one key in each range...
         visible[r, :split] &= one  # ...unless the range is hidden from this row
         visible[r, split:] &= two
         shift = {"huge": (huge, huge - 0.5), "tiny": (-huge, -huge + 0.7), "apart": (huge, -huge)}.get(kind, (0, 0))
         bias[r, :split], bias[r, split:] = shift
+        if kind == "NaN":  # a visible key of range 1 or 2 (every other such row) scores NaN
+            nan[r, keys[r // len(_COMBINE_KINDS) % 2]] = math.nan
     mask = visible.reshape(*lead, S, S_kv)  # (..., S, S_kv)
-    bias = bias.reshape(*lead, S, S_kv).to(dtype())  # (..., S, S_kv)
-    with torch.no_grad():
-        out1, lse1 = tiled_forward(q, k[..., :split, :], v[..., :split, :], mask[..., :split], False, 4,
-                                   bias=bias[..., :split])
-        out2, lse2 = tiled_forward(q, k[..., split:, :], v[..., split:, :], mask[..., split:], False, 4,
-                                   bias=bias[..., split:])
-    return out1, lse1, out2, lse2, kinds
+
+    def ranges(bias: Tensor) -> tuple[Tensor, ...]:  # (rows, S_kv) -> out1, lse1, out2, lse2
+        bias = bias.reshape(*lead, S, S_kv).to(dtype())  # (..., S, S_kv)
+        with torch.no_grad():
+            out1, lse1 = tiled_forward(q, k[..., :split, :], v[..., :split, :], mask[..., :split], False, 4,
+                                       bias=bias[..., :split])
+            out2, lse2 = tiled_forward(q, k[..., split:, :], v[..., split:, :], mask[..., split:], False, 4,
+                                       bias=bias[..., split:])
+        return out1, lse1, out2, lse2
+
+    return ranges(bias), ranges(bias + nan) if "NaN" in kinds else None, kinds
+
+
+def _out_lse(got, out1: Tensor, lse1: Tensor) -> tuple[Tensor, Tensor]:
+    """The answer of 07.3 as (out, lse), detached, with out1's and lse1's shapes."""
+    if not isinstance(got, tuple | list) or len(got) != 2:
+        raise Hint("combine should return a pair (out, lse): out (..., S, HS) and lse (..., S); got "
+                   f"{type(got).__name__}.")
+    out = expect_shape(got[0], tuple(out1.shape), f"out (inputs out1 {tuple(out1.shape)})").detach()
+    return out, expect_shape(got[1], tuple(lse1.shape), f"lse (inputs lse1 {tuple(lse1.shape)})").detach()
+
+
+def _check_nan_rows(combine, poisoned: tuple[Tensor, ...], nan_rows: Tensor) -> None:
+    """The answer of 07.3 on inputs where the rows `nan_rows` (bool (rows,)) saw a NaN score in one range: tiled_forward
+    gives such a range NaN for out and lse, and the row over all the keys NaN too, which the combination must keep."""
+    expected_out, expected_lse, _, _ = _combined(*poisoned)
+    # `call` would take the NaN of these inputs for a change in place: the same inputs without the NaN were checked
+    out, lse = _out_lse(call(functools.partial(combine, *poisoned)), *poisoned[:2])
+    o, s = out.reshape(-1, out.shape[-1]), lse.reshape(-1)  # (rows, HS), (rows,)
+    lse1, lse2 = (t.reshape(-1) for t in poisoned[1::2])  # (rows,) each
+    wrong = nan_rows & ~(o.isnan().all(dim=-1) & s.isnan())  # (rows,): such rows that are not all NaN
+    if bool(wrong.any()):
+        r = int(wrong.nonzero()[0])
+        raise Hint(f"in row {r} (lse1 = {fmt(lse1[r])}, lse2 = {fmt(lse2[r])}) a range saw a NaN score: tiled_forward "
+                   f"gave it NaN for out and lse, as it gives the row over all the keys, but you returned out = "
+                   f"{fmt(o[r])}, lse = {fmt(s[r])}. A range that saw a NaN must make the row NaN, not look empty: "
+                   "an empty range is lse == +inf exactly (torch.isfinite is False for NaN too), and no NaN may be "
+                   "cleaned away (nan_to_num).")
+    expect_close(out, expected_out, "out (with a NaN score in some rows)", why="A NaN stays in its own row only.")
+    expect_close(lse, expected_lse, "lse (with a NaN score in some rows)", why="A NaN stays in its own row only.")
 
 
 @grader("07.3")
@@ -359,20 +430,15 @@ def check_07_3(combine) -> str:
         ((4,), 3, 11, 6, 2),  # no head axis; ranges of 2 and 9 keys
     ]
     for lead, S, S_kv, HS, split in cases:
-        out1, lse1, out2, lse2, kinds = _combine_case(lead, S, S_kv, HS, split, g)
+        (out1, lse1, out2, lse2), poisoned, kinds = _combine_case(lead, S, S_kv, HS, split, g)
         exp_out, exp_lse, w1, w2 = _combined(out1, lse1, out2, lse2)  # before the answer runs
-        shape = (*lead, S)
-        got = call(combine, out1, lse1, out2, lse2)
-        if not isinstance(got, tuple | list) or len(got) != 2:
-            raise Hint("combine should return a pair (out, lse): out (..., S, HS) and lse (..., S); got "
-                       f"{type(got).__name__}.")
-        out = expect_shape(got[0], (*shape, HS), f"out (inputs out1 {tuple(out1.shape)})").detach()
-        lse = expect_shape(got[1], shape, f"lse (inputs lse1 {tuple(lse1.shape)})").detach()
+        out, lse = _out_lse(call(combine, out1, lse1, out2, lse2), out1, lse1)
         # everything by row: (rows, HS) and (rows,)
         o, o1, o2, eo = (t.reshape(-1, HS) for t in (out, out1, out2, exp_out))
         s, s1, s2, es, v1, v2 = (t.reshape(-1) for t in (lse, lse1, lse2, exp_lse, w1, w2))
         kind = {k: torch.tensor([x == k for x in kinds]) for k in _COMBINE_KINDS}  # each (rows,) bool
         row = [f"row {r} (lse1 = {fmt(s1[r])}, lse2 = {fmt(s2[r])})" for r in range(len(kinds))]  # for messages
+        _precise(es.isfinite(), out=(o, eo), lse=(s, es))  # before the diagnoses: their numbers would look equal
 
         # rows that see keys in both ranges, scores of ordinary size
         both = kind["both"]  # (rows,)
@@ -413,25 +479,19 @@ def check_07_3(combine) -> str:
                        "is the log of e^lse1 + e^lse2 (torch.logaddexp).")
 
         # scores near ±huge: e^lse overflows to inf or underflows to 0
-        extreme = kind["huge"] | kind["tiny"] | kind["apart"]  # (rows,)
-        if not (close(o[extreme], eo[extreme]) and close(s[extreme], es[extreme])):
-            r = _worst_row(o, eo, extreme) if close(s[extreme], es[extreme]) else _worst_row(s, es, extreme)
-            raise Hint(f"in {row[r]} (out, lse) should be ({fmt(eo[r])}, {fmt(es[r])}), got ({fmt(o[r])}, "
-                       f"{fmt(s[r])}): {_exp_range()}, so e^lse1 and e^lse2 cannot be computed here. Stay in log "
-                       "space: lse = torch.logaddexp(lse1, lse2), and weigh each range by e^(its lse - lse), which "
-                       "never exceeds 1.")
+        _expect_rows(kind["huge"] | kind["tiny"] | kind["apart"], row, f": {_exp_range()}, so e^lse1 and e^lse2 "
+                     "cannot be computed here. Stay in log space: lse = torch.logaddexp(lse1, lse2), and weigh each "
+                     "range by e^(its lse - lse), which never exceeds 1.", out=(o, eo), lse=(s, es))
 
         # rows that see keys in one range only: the other range has out = 0, lse = +inf
         single = kind["only range 1"] | kind["only range 2"]  # (rows,)
         if bool(o[single].isnan().any()) or bool(s[single].isnan().any()):
             raise Hint("NaN appears where a range holds no visible key: there tiled_forward returns out = 0 and "
                        "lse = +inf, and +inf - (+inf) is NaN. How much should such a range weigh in the result?")
-        if not (close(o[single], eo[single]) and close(s[single], es[single])):
-            r = _worst_row(o, eo, single) if close(s[single], es[single]) else _worst_row(s, es, single)
-            raise Hint(f"in {row[r]}, a row that sees no key in one range, (out, lse) should be ({fmt(eo[r])}, "
-                       f"{fmt(es[r])}), got ({fmt(o[r])}, {fmt(s[r])}). The lse = +inf of an empty range is "
-                       "tiled_forward's mark for 'no key', not a sum: such a range weighs nothing (treat its lse "
-                       "as -inf, e^-inf = 0), and the row is the other range's (out, lse).")
+        _expect_rows(single, [f"{x}, a row that sees no key in one range," for x in row], ". The lse = +inf of an "
+                     "empty range is tiled_forward's mark for 'no key', not a sum: such a range weighs nothing (treat "
+                     "its lse as -inf, e^-inf = 0), and the row is the other range's (out, lse).", out=(o, eo),
+                     lse=(s, es))
 
         # rows that see no key at all
         blind = kind["neither"]  # (rows,)
@@ -439,7 +499,10 @@ def check_07_3(combine) -> str:
             r = int(blind.nonzero()[0])
             raise Hint("a row that sees no key in either range must come out as tiled_forward gives it: out = 0 and "
                        f"lse = +inf (the backward relies on +inf), got out = {fmt(o[r])}, lse = {fmt(s[r])}.")
+
         expect_close(out, exp_out, "out", why="Each range weighs its share of the total sum of exponentials.")
         expect_close(lse, exp_lse, "lse", why="The lse of both ranges is log(e^lse1 + e^lse2).")
-    return ("the ranges merge exactly, with empty ranges and scores whose e^lse overflows: n cores can share the walk "
-            "through a long cache, for the price of this small combination.")
+        if poisoned is not None:
+            _check_nan_rows(combine, poisoned, kind["NaN"])
+    return ("the ranges merge exactly, with empty ranges, NaN rows and scores whose e^lse overflows: n cores can share "
+            "the walk through a long cache, for the price of this small combination.")

@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._grading import Hint, call, close, dtype, expect_close, expect_equal, expect_shape, expect_tensor, fmt, grader
+from ._grading import (Hint, call, close, dtype, expect_close, expect_equal, expect_precision, expect_shape,
+                       expect_tensor, fmt, grader)
 
 __all__ = ["check_08_1", "check_08_2", "check_08_3"]
 
@@ -131,17 +132,18 @@ def check_08_2(local_window_mask) -> str:
 # --- 08.3: rotary embeddings with complex numbers ------------------------------------------------------------------
 
 
-def _rope_pairs(x: Tensor, positions: Tensor, theta: float, halves: bool = False, sign: float = 1.0,
-                exponent: float = -2.0) -> Tensor:
+def _rope_pairs(x: Tensor, positions: Tensor, theta: float, pairs: str = "neighbours", layout: str = "neighbours",
+                sign: float = 1.0, exponent: float = -2.0) -> Tensor:
     """Reference (and the usual mistakes): turn the planes of x (S, HS), real arithmetic, float64. Plane i turns by
-    sign · positions · theta^(exponent · i / HS); the planes are (2i, 2i + 1), or (i, i + HS/2) with `halves`."""
+    sign · positions · theta^(exponent · i / HS); `pairs`: which features make plane i, (2i, 2i + 1) ("neighbours")
+    or (i, i + HS/2) ("halves"); `layout`: where its two results go back, the same two choices."""
     S, HS = x.shape
     x = x.detach().double()
     freq = theta ** (exponent * torch.arange(HS // 2, dtype=torch.float64) / HS)  # (HS/2,)
     angles = sign * positions.double()[:, None] * freq  # (S, HS/2)
-    a, b = (x[:, : HS // 2], x[:, HS // 2 :]) if halves else (x[:, 0::2], x[:, 1::2])  # (S, HS/2) each
+    a, b = (x[:, : HS // 2], x[:, HS // 2 :]) if pairs == "halves" else (x[:, 0::2], x[:, 1::2])  # (S, HS/2) each
     ra, rb = a * angles.cos() - b * angles.sin(), a * angles.sin() + b * angles.cos()  # (S, HS/2) each
-    return torch.cat([ra, rb], -1) if halves else torch.stack([ra, rb], -1).flatten(-2)  # (S, HS)
+    return torch.cat([ra, rb], -1) if layout == "halves" else torch.stack([ra, rb], -1).flatten(-2)  # (S, HS)
 
 
 @grader("08.3")
@@ -167,31 +169,54 @@ def check_08_3(rope_complex) -> str:
         got = expect_shape(got, (S, HS), "rope_complex(x, positions, theta)")
         if close(got, expected):
             continue
+        expect_precision(got, expected, f"rope_complex(x, positions, theta) {where}")
         r = int((got.detach().double() - expected).abs().nan_to_num(1e300).amax(dim=-1).argmax())  # the worst row
         shown = f"{where}, row {r} should be {fmt(expected[r])}, got {fmt(got[r])}"
-        if close(got, _rope_pairs(x, positions, theta, halves=True)):
-            raise Hint(f"{shown}: pair the neighbours (2i, 2i + 1), the layout of the original code, not the halves "
-                       "(i, i + HS/2).")
-        if close(got, _rope_pairs(x, positions, theta, sign=-1.0)):
-            raise Hint(f"{shown}: turn by +m·θ_i: multiply by e^{{+i m θ_i}}, not by its conjugate.")
-        for exponent, yours in [(-1.0, "theta^(-i/HS)"), (-4.0, "theta^(-4i/HS)"), (2.0, "theta^(+2i/HS)")]:
-            if close(got, _rope_pairs(x, positions, theta, exponent=exponent)):
-                raise Hint(f"{shown}: plane i turns by θ_i = theta^(-2i/HS) per position (i = 0 .. HS/2 - 1, so "
-                           f"the exponent steps by 2/HS and falls from 0 towards -1); yours turn by {yours}.")
-        if close(got, _rope_pairs(x, torch.arange(S), theta)):
-            raise Hint(f"{shown}: turn each row by its own entry of `positions` (here {positions.tolist()}), not by "
-                       "its row number.")
-        planes, turned = x.double().reshape(S, -1, 2), got.detach().double().reshape(S, -1, 2)  # (S, HS/2, 2) each
-        if not bool(turned.isnan().any()) and not close(turned.norm(dim=-1), planes.norm(dim=-1)):
-            raise Hint(f"{shown}: a rotation keeps the length of every plane (2i, 2i + 1), yours changes it: multiply "
-                       "by e^{i m θ_i}, of length 1. torch.polar(abs, angle) takes the length first: "
-                       "torch.polar(torch.ones_like(angles), angles).")
-        if got.dtype == torch.float64 and close(got.float(), expected.float()):  # right, to float32's precision
-            why = ("Your numbers are right to float32 precision only: compute the frequencies and the angles in the "
-                   "dtype of x (torch.arange(..., dtype=x.dtype)), not in torch's default float32.")
-        else:
-            why = (f"Row {r} should be {fmt(expected[r])}, got {fmt(got[r])}. Read x[m] as the complex numbers "
-                   "x[2i] + i·x[2i + 1] (real part first), multiply each by e^{i · positions[m] · θ_i}, and write "
-                   "the real and imaginary parts back in place.")
-        expect_close(got, expected, f"rope_complex(x, positions, theta) {where}", why=why)
+        other = 7 * theta  # the same x and positions with another base: an answer that ignores theta cannot tell
+        if bool(got.isfinite().all()) and close(call(rope_complex, x.clone(), positions.clone(), other), got):
+            raise Hint(f"{shown}: your result is the same for theta = {theta:g} and theta = {other:g}. Use the "
+                       "argument theta, the base of the frequencies θ_i = theta^(-2i/HS), rather than a number of "
+                       "your own (LLaMA's 10000 is only its default).")
+        _diagnose_08_3(got, x, positions, theta, shown)
+        expect_close(got, expected, f"rope_complex(x, positions, theta) {where}", why=(
+            f"Row {r} should be {fmt(expected[r])}, got {fmt(got[r])}. Read x[m] as the complex numbers x[2i] + "
+            "i·x[2i + 1] (real part first), multiply each by e^{i · positions[m] · θ_i}, and write the real and "
+            "imaginary parts back in place."))
     return "every plane (2i, 2i + 1) of row m is turned by positions[m] · theta^(-2i/HS), whatever the positions."
+
+
+def _diagnose_08_3(got: Tensor, x: Tensor, positions: Tensor, theta: float, shown: str) -> None:
+    """Raise the hint for the usual mistake of rope_complex that `got` (S, HS) makes, if it is one; `shown` says
+    where the answer is wrong, for the message."""
+    S = x.shape[0]
+    orders = [  # (pairs, layout, what is wrong) of the answers that turn the right angles in the wrong places
+        ("halves", "halves", "pair the neighbours (2i, 2i + 1), the layout of the original code, not the halves "
+         "(i, i + HS/2)."),
+        ("neighbours", "halves", "you turned the right planes (2i, 2i + 1), but wrote the results back as two "
+         "halves, every real part first, then every imaginary part. Write plane i back to features 2i and 2i + 1: "
+         "torch.view_as_real(...).flatten(-2), or torch.stack([re, im], -1).flatten(-2), not torch.cat."),
+        ("halves", "neighbours", "you paired feature i with feature i + HS/2 (reshape(S, 2, HS/2) cuts x into two "
+         "halves): plane i is the neighbours (2i, 2i + 1), x.reshape(S, HS/2, 2), the real part first."),
+    ]
+    for pairs, layout, hint in orders:
+        if close(got, _rope_pairs(x, positions, theta, pairs=pairs, layout=layout)):
+            raise Hint(f"{shown}: {hint}")
+    if close(got, _rope_pairs(x, positions, theta, sign=-1.0)):
+        raise Hint(f"{shown}: turn by +m·θ_i: multiply by e^{{+i m θ_i}}, not by its conjugate.")
+    for exponent, yours in [(-1.0, "theta^(-i/HS)"), (-4.0, "theta^(-4i/HS)"), (2.0, "theta^(+2i/HS)")]:
+        if close(got, _rope_pairs(x, positions, theta, exponent=exponent)):
+            raise Hint(f"{shown}: plane i turns by θ_i = theta^(-2i/HS) per position (i = 0 .. HS/2 - 1, so "
+                       f"the exponent steps by 2/HS and falls from 0 towards -1); yours turn by {yours}.")
+    if close(got, _rope_pairs(x, torch.arange(S), theta)):
+        raise Hint(f"{shown}: turn each row by its own entry of `positions` (here {positions.tolist()}), not by "
+                   "its row number.")
+    y, x = got.detach().double(), x.double()
+    if bool(y.isnan().any()) or close(y.reshape(S, -1, 2).norm(dim=-1), x.reshape(S, -1, 2).norm(dim=-1)):
+        return  # NaN, or every plane keeps its length: a wrong angle, which the final message shows
+    if close(y.norm(dim=-1), x.norm(dim=-1)):  # each row keeps its length, its planes do not: features moved
+        raise Hint(f"{shown}: each row keeps its length, but not each plane (2i, 2i + 1): your features are paired "
+                   "or placed in another order. Read plane i from features 2i and 2i + 1, x.reshape(S, HS/2, 2) "
+                   "(real part first), and write its result back to the same two features.")
+    raise Hint(f"{shown}: a rotation keeps the length of every plane (2i, 2i + 1), yours changes it: multiply by "
+               "e^{i m θ_i}, of length 1. torch.polar(abs, angle) takes the length first: "
+               "torch.polar(torch.ones_like(angles), angles).")
