@@ -95,10 +95,10 @@ class AttentionBase(nn.Module):
         if G > 1 and S == 1:  # one token: the G query heads of a group become G queries of its key/value head
             q = q.reshape(B, NH // G, G, HS)  # (B, NKV, G, HS), a view: the cache is read as it is, not copied
             mask, bias = _fold_heads(mask, G), _fold_heads(bias, G)  # (b, NKV or 1, G or 1, S_kv)
-        elif G > 1:
-            k, v = repeat_kv(k, G), repeat_kv(v, G)  # (B, NH, S_kv, HS) each
         p = self.attn_drop if self.training else 0.0
         path = self._path(return_weights) if path is None else path  # the function of the layer's attn_impl
+        if G > 1 and S != 1 and not getattr(path, "grouped", False):  # SDPA reads the groups itself (enable_gqa)
+            k, v = repeat_kv(k, G), repeat_kv(v, G)  # (B, NH, S_kv, HS) each
         context, weights = path(q, k, v, mask=mask, bias=bias, scale=None, dropout_p=p, is_causal=is_causal,
                                 window=window)  # (B, NH or NKV, S or G, HS)
         out = self.Wo(self._merge_heads(context.reshape(B, NH, S, HS)))  # (B, S, C)

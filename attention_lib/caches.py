@@ -232,3 +232,19 @@ class SlidingWindowCache(Cache):
         self._keys[:, :, :keep] = keys[:, :, -keep:]  # (B, NKV, keep, HS), oldest first
         self._values[:, :, :keep] = values[:, :, -keep:]
         self._length, self._seen, self._staged = keep, self._seen + new, None
+
+    def crop(self, length: int) -> None:
+        """`Cache.crop`, refused where the tokens it would bring back into view are gone: once the oldest tokens
+        have been forgotten, undoing more than one step would leave the next query without keys it must see."""
+        if not isinstance(length, bool) and isinstance(length, numbers.Integral) and 0 <= length <= self._length:
+            def missing(kept: int) -> bool:  # the next token sees min(W - 1, its position) earlier ones
+                return kept < min(self.window - 1, self._seen - (self._length - kept))
+
+            if missing(length):
+                most = max(n for n in range(self._length + 1) if not missing(self._length - n))
+                raise ValueError(
+                    f"crop({length}) would undo {self._length - length} tokens, but this rolling cache has forgotten "
+                    f"the tokens before its last {self._length}: the next token would miss keys it sees. It can undo "
+                    f"at most {most} now"
+                )
+        super().crop(length)

@@ -155,16 +155,22 @@ def _sdpa(
         causal = _lower_triangle(S, S_kv, q.device, window)  # (S, S_kv)
         mask = causal if mask is None else mask & causal  # (..., S, S_kv)
         is_causal = False
+    # fewer key/value heads than query heads (grouped-query attention): SDPA reads each group's head itself
+    gqa = q.dim() >= 3 and k.dim() >= 3 and k.size(-3) not in (1, q.size(-3))
     if bias is None:
         context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
-                                                 scale=scale)  # (..., S, HS_v)
+                                                 scale=scale, enable_gqa=gqa)  # (..., S, HS_v)
     else:  # a float mask: the bias where visible, -inf where hidden, and a finite row where nothing is visible
         if mask is not None:
             bias = bias.masked_fill(~mask, float("-inf")).masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale)
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=scale,
+                                                 enable_gqa=gqa)
     if mask is not None:  # a query that sees no key: exactly zero, even where k or v hold NaN
         context = context.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
     return context, None
+
+
+_sdpa.grouped = True  # a layer may give it NKV < NH key/value heads, (..., NKV, S_kv, HS): see AttentionBase._attend
 
 
 def sdpa_attention(
@@ -188,7 +194,9 @@ class AttentionImpl(Protocol):
     scores' rank (True = may attend); bias None or a float tensor in q's dtype broadcasting to the scores; scale None
     (meaning 1/√HS) or a float; is_causal: query i sees keys 0..S_kv - S + i only; window None, or (with is_causal)
     the number of the latest keys up to its own position that a query sees. A query that sees no key gets a zero
-    context; a non-finite input that a query sees makes its row non-finite.
+    context; a non-finite input that a query sees makes its row non-finite. A path with the attribute `grouped =
+    True` also takes k and v with fewer heads than q, (..., NKV, S_kv, HS) with NKV dividing NH (grouped-query
+    attention: query head h reads key/value head h // (NH // NKV)); the layers repeat k and v for the others.
     """
 
     def __call__(self, q: Tensor, k: Tensor, v: Tensor, *, mask: Tensor | None, bias: Tensor | None,

@@ -159,7 +159,8 @@ def row_entropy_clamped_at_1e3(weights):
 
 
 def row_entropy_categorical(weights):
-    return torch.distributions.Categorical(probs=weights).entropy()  # refuses a zero row
+    # validate_args=True: the default, unless a library switched validation off for the whole process
+    return torch.distributions.Categorical(probs=weights, validate_args=True).entropy()  # refuses a zero row
 
 
 SOLUTIONS = {"check_06_1": previous_token_score, "check_06_2": mask_of, "check_06_3": row_entropy}

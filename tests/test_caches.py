@@ -337,3 +337,28 @@ def test_a_cache_filled_in_inference_mode_then_written_under_no_grad_keeps_every
         full = call(layer, x, context=context)
     assert cache.seen == 6
     torch.testing.assert_close(step, full[:, 4:6], atol=1e-5, rtol=1e-5)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(window=st.sampled_from([1, 2, 3, 5]), filled=st.integers(1, 9), undo=st.integers(0, 9))
+def test_a_rolling_cache_undoes_only_what_it_still_holds(window, filled, undo):
+    """After the window has filled, the oldest tokens are gone: crop refuses to undo more than the next step can be
+    computed from (and changes nothing then); every crop it accepts lets the next step equal the full forward."""
+    layer = make("grouped", window=window)
+    x = torch.randn(1, 10, C, generator=torch.Generator().manual_seed(window * 100 + filled))
+    cache = layer.new_cache(1)
+    with torch.no_grad():
+        call(layer, x[:, :filled], cache=cache)
+    if undo > len(cache):
+        return
+    before = snapshot(cache)
+    try:
+        cache.crop(len(cache) - undo)
+    except ValueError as error:
+        assert "can undo at most" in str(error) and same(cache, before)
+        return
+    t = cache.seen  # the position of the next token
+    with torch.no_grad():
+        step = call(layer, x[:, t : t + 1], cache=cache)
+        full = call(layer, x[:, : t + 1])
+    torch.testing.assert_close(step[:, -1], full[:, -1], atol=1e-5, rtol=1e-5)

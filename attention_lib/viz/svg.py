@@ -41,7 +41,8 @@ def _key_labels(x0: float, y: float, cell: float, keys: Sequence[str], cls: str 
     return "".join(f'{start}{x0 + (j + 0.5) * cell + 4:.1f},{y:.1f}) rotate(-90)">{_esc(k)}</text>' for j, k in enumerate(keys))
 
 # %% auto #0
-__all__ = ['FONT', 'SMALL', 'CSS', 'Panel', 'svg', 'colour_bar', 'cells', 'legend', 'table_svg', 'heads_svg', 'lines_svg']
+__all__ = ['FONT', 'SMALL', 'CSS', 'Panel', 'svg', 'colour_bar', 'cells', 'legend', 'table_svg', 'heads_svg', 'lines_svg',
+           'show_svg']
 
 # %% ../../notebooks/06_visualisation.ipynb #351189de
 def svg(width: float, height: float, body: str, cls: str = "") -> str:
@@ -183,3 +184,20 @@ def lines_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seque
                                                          _text(x_k, top - 8, "keys (S_kv)", "small")]
     body += [f'<g class="by-k">{by_k}</g><g class="by-q">{by_q}</g>', colour_bar(k_end + margin + 12, top, height, norm)]
     return svg(k_end + margin + 76, top + height + 12, "".join(body), "attn-lines")
+
+# %% ../../notebooks/06_visualisation.ipynb #5e0c2a7d
+def show_svg(picture: str) -> None:
+    """Show an SVG picture of this module (`table_svg`, `heads_svg`, `lines_svg`) as the output of a notebook cell.
+
+    The CSS rules go inside the <svg>, so that the picture stands alone. The output holds it twice: as text/html,
+    which JupyterLab, Notebook 7 and Colab show, hover included, and as image/svg+xml for a viewer that shows only
+    images. A viewer that sanitises HTML may drop the <style>: the lines picture then shows all its values at once.
+    """
+    if not isinstance(picture, str):
+        raise TypeError(f"picture must be a str, the SVG of table_svg, heads_svg or lines_svg, got {type(picture).__name__}")
+    if not picture.startswith("<svg"):
+        raise ValueError(f"picture must be an SVG string starting with '<svg', got {picture[:40]!r}")
+    from IPython.display import display  # here, not at the top: the package imports without IPython
+
+    picture = picture.replace(">", ">" + CSS, 1)  # the CSS right after the opening <svg ...> tag
+    display({"text/html": picture, "image/svg+xml": picture}, raw=True)
