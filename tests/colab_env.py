@@ -47,7 +47,7 @@ PYTHON_VERSION = "3.11"
 TORCH = "torch==2.13.0"
 PACKAGES = [
     "ipywidgets==7.7.1", "matplotlib", "numpy", "transformers", "sentence-transformers", "fastcore", "ipykernel",
-    "pytest",
+    "pytest", "accelerate",
 ]
 # Pins of constraints.txt that belong to ipywidgets 8 and would contradict ipywidgets==7.7.1.
 NOT_CONSTRAINED = {"ipywidgets", "widgetsnbextension", "jupyterlab-widgets"}

