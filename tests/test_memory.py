@@ -44,7 +44,9 @@ def test_memory_freed_inside_the_call_is_not_counted_twice():
             a = torch.ones(16 * 2**20)  # 64 MiB, freed before the next one
             del a
 
-    assert 56 < peak_mib(two_in_turn) < 90
+    # the smallest of three readings: in a long test session the allocator's state can, now and then, keep the first
+    # 64 MiB mapped while the second is made (a CI run once read 128); the tool must read 64 when it does not
+    assert 56 < min(peak_mib(two_in_turn) for _ in range(3)) < 90
 
 
 def test_without_linux_peak_mib_returns_none_and_does_not_call(monkeypatch):
