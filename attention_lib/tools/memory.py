@@ -71,7 +71,9 @@ def peak_mib(fn: Callable[[], object]) -> float | None:
     """Peak resident memory (MiB) that one call of `fn` adds to this process; None where it cannot be read.
 
     Linux with glibc only (`can_measure_peak()`); elsewhere `fn` is not called. Allocations of 64 KiB or more get a
-    mapping of their own during the call; glibc's mmap threshold is then left at 32 MiB (its ceiling).
+    mapping of their own during the call, unless glibc finds a free chunk big enough in its heap: a process that has
+    run for long can then count memory freed and made again inside the call twice. glibc's mmap threshold is left at
+    32 MiB (its ceiling).
     """
     if not can_measure_peak():
         return None
