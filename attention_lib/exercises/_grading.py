@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 __all__ = ["Grade", "Hint", "grader", "call", "detached", "dtype", "tolerance", "close", "fmt", "float32_only",
            "requiring_grad", "expect_tensor", "expect_shape", "expect_close", "expect_precision", "expect_gradients",
-           "expect_equal"]
+           "expect_equal", "expect_bool_mask", "first_wrong_row"]
 
 
 class Hint(Exception):
@@ -249,6 +249,28 @@ def expect_shape(got, shape: tuple[int, ...], what: str) -> Tensor:
     if tuple(got.shape) != tuple(shape):
         raise Hint(f"{what} should have shape {tuple(shape)}, got {tuple(got.shape)}.")
     return got
+
+
+def expect_bool_mask(got, shape: tuple[int, ...], what: str, example: str) -> Tensor:
+    """`got` must be a bool mask (True = may attend) of exactly `shape`; returns it. `example` is the comparison that
+    builds the right mask, quoted when the dtype is wrong; an additive mask (0 and -inf) is named as such."""
+    got = expect_tensor(got, what)
+    if got.dtype != torch.bool:
+        additive = got.is_floating_point() and bool(got.isinf().any())
+        raise Hint(f"a mask is a bool tensor (True = may attend), got dtype {got.dtype}"
+                   + (": 0 and -inf make an additive mask, a bias to add to the scores. " if additive else ". ")
+                   + f"Build it from comparisons, such as {example}.")
+    return expect_shape(got, shape, what)
+
+
+def first_wrong_row(got: Tensor, expected: Tensor, where: str) -> str:
+    """For two different bool (S, S) masks: the first query whose row differs, as the keys it should see and sees."""
+
+    def keys(mask: Tensor, i: int) -> str:
+        return "{" + ", ".join(str(j) for j in mask[i].nonzero().flatten().tolist()) + "}"
+
+    r = int((got != expected).any(dim=-1).nonzero()[0])
+    return f"{where}: token {r} should see tokens {keys(expected, r)}, yours sees {keys(got, r)}"
 
 
 def expect_close(got, expected: Tensor, what: str, atol: float | None = None, why: str = "") -> Tensor:

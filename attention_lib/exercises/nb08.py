@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._grading import (Hint, call, close, dtype, expect_close, expect_equal, expect_precision, expect_shape,
-                       expect_tensor, fmt, grader)
+from ._grading import (Hint, call, close, dtype, expect_bool_mask, expect_close, expect_equal, expect_precision,
+                       expect_shape, expect_tensor, first_wrong_row, fmt, grader)
 
 __all__ = ["check_08_1", "check_08_2", "check_08_3"]
 
@@ -82,10 +82,6 @@ def check_08_1(mean_pool_heads) -> str:
 # --- 08.2: Longformer's two-sided window ---------------------------------------------------------------------------
 
 
-def _row(mask: Tensor, i: int) -> str:
-    """Row i of a bool (S, S) mask as the tokens it sees, for a message."""
-    return "{" + ", ".join(str(j) for j in mask[i].nonzero().flatten().tolist()) + "}"
-
 
 @grader("08.2")
 def check_08_2(local_window_mask) -> str:
@@ -95,17 +91,11 @@ def check_08_2(local_window_mask) -> str:
         half = w // 2  # the tokens on each side
         expected = (i - j).abs() <= half  # (S, S)
         got = expect_tensor(call(local_window_mask, S, w), f"local_window_mask({S}, {w})")
-        if got.dtype != torch.bool:
-            additive = got.is_floating_point() and bool(got.isinf().any())
-            raise Hint(f"a mask is a bool tensor (True = may attend), got dtype {got.dtype}"
-                       + (": 0 and -inf make an additive mask, a bias to add to the scores. " if additive else ". ")
-                       + "Build it from comparisons, such as (i - j).abs() <= w // 2.")
-        got = expect_shape(got, (S, S), f"local_window_mask({S}, {w})")
+        got = expect_bool_mask(got, (S, S), f"local_window_mask({S}, {w})", "(i - j).abs() <= w // 2")
         if torch.equal(got, expected):
             continue
         where = f"(S={S}, w={w})"
-        r = int((got != expected).any(dim=-1).nonzero()[0])  # the first token whose row is wrong
-        shown = f"{where}: token {r} should see tokens {_row(expected, r)}, yours sees {_row(got, r)}"
+        shown = first_wrong_row(got, expected, where)
         if torch.equal(got, ~expected):
             raise Hint(f"{shown}. True means 'may attend' (the tokens inside the window), as everywhere in the series.")
         if half > 0 and (not bool((got & (j > i)).any()) or not bool((got & (j < i)).any())):

@@ -8,8 +8,8 @@ import math
 import torch
 from torch import Tensor
 
-from ._grading import (Hint, call, close, dtype, expect_close, expect_equal, expect_precision, expect_shape,
-                       expect_tensor, fmt, grader)
+from ._grading import (Hint, call, close, dtype, expect_bool_mask, expect_close, expect_equal, expect_precision,
+                       expect_shape, expect_tensor, first_wrong_row, fmt, grader)
 
 __all__ = ["check_09_1", "check_09_2", "check_09_3"]
 
@@ -318,10 +318,6 @@ def check_09_2(duplicate_token_scores) -> str:
 # --- 09.3: StreamingLLM's mask -------------------------------------------------------------------------------------
 
 
-def _row(mask: Tensor, i: int) -> str:
-    """Row i of a bool (S, S) mask as the tokens it sees, for a message."""
-    return "{" + ", ".join(str(j) for j in mask[i].nonzero().flatten().tolist()) + "}"
-
 
 def _sink_mask(S: int, window: int, sinks: int, how: str = "right") -> Tensor:
     """(S, S) bool: query i sees key j when j <= i and (i - j < window or j < sinks) (`how` = "right"), or a usual
@@ -361,17 +357,11 @@ def check_09_3(sink_window_mask) -> str:
             raise Hint(f"{what} has shape (1, S, S) = {(1, S, S)}, as the package's masks (causal_mask, "
                        f"sliding_window_mask) have: return the (S, S) = {(S, S)} mask itself (drop the first axis, "
                        "mask[0]).")
-        if got.dtype != torch.bool:
-            additive = got.is_floating_point() and bool(got.isinf().any())
-            raise Hint(f"a mask is a bool tensor (True = may attend), got dtype {got.dtype}"
-                       + (": 0 and -inf make an additive mask, a bias to add to the scores. " if additive else ". ")
-                       + "Build it from comparisons, such as (j <= i) & ((i - j < window) | (j < sinks)).")
-        got = expect_shape(got, (S, S), what)
+        got = expect_bool_mask(got, (S, S), what, "(j <= i) & ((i - j < window) | (j < sinks))")
         if torch.equal(got, expected):
             continue
         where = f"(S={S}, window={window}, sinks={sinks})"
-        r = int((got != expected).any(dim=-1).nonzero()[0])  # the first token whose row is wrong
-        shown = f"{where}: token {r} should see tokens {_row(expected, r)}, yours sees {_row(got, r)}"
+        shown = first_wrong_row(got, expected, where)
         if torch.equal(got, ~expected):
             raise Hint(f"{shown}. True means 'may attend' (the tokens a query sees), as everywhere in the series.")
         mistakes = [
