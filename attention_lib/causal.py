@@ -102,10 +102,12 @@ class CausalAttention(BidirectionalAttention):
         return self(x, mask, cache=self._require(cache), positions=positions, return_weights=return_weights)
 
     def _run(
-        self, x: Tensor, mask: Tensor | None, cache: Cache | None, positions: Tensor | None, return_weights: bool
+        self, x: Tensor, mask: Tensor | None, cache: Cache | None, positions: Tensor | None, return_weights: bool,
+        rotation: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, Tensor | None]:
         """The forward pass, which shows the new tokens to the cache (`cache.extend`) but does not keep them (the caller
-        commits): (out, weights or None). Every argument is checked before any work."""
+        commits): (out, weights or None). Every argument is checked before any work. `rotation`: RoPE's cos and sin
+        for these positions, when a model computes them once for all its layers (Llama; see `_project`)."""
         check_input(x, self.hidden_size, like=self.Wo.weight)
         B, S, _ = x.shape
         start = 0 if cache is None else _check_cache(self, cache, x)  # S_cached: the tokens before these
@@ -120,7 +122,9 @@ class CausalAttention(BidirectionalAttention):
         mask = prepare_mask(mask, B, S, start + S, self.num_heads, device=x.device)  # None or (B, NH, S, S_total)-like
         positions = check_positions(positions, B, S, start, x.device)  # None (start, start + 1, ...) or (1 or B, S)
         path = self._path(return_weights)  # an unknown path, or dropout on a path without it: refused before any work
-        q, k, v = self._project(x, positions, start)  # (B, NH, S, HS), (B, NKV, S, HS) x 2
+        # (B, NH, S, HS), (B, NKV, S, HS) x 2; `rotation` is handed on only when given, so that a subclass whose
+        # `_project(x, positions, start)` computes its own rotation keeps working
+        q, k, v = self._project(x, positions, start, **({} if rotation is None else {"rotation": rotation}))
         if cache is not None:
             k, v = cache.extend(k, v)  # (B, NKV, S_kv, HS): the cached keys the queries see, then the new ones
             if mask is not None and mask.shape[-1] > 1:  # the columns of the keys the cache returned
@@ -129,9 +133,11 @@ class CausalAttention(BidirectionalAttention):
         return self._attend(q, k, v, mask, bias, is_causal=True, return_weights=return_weights, path=path,
                             window=self.window)
 
-    def _project(self, x: Tensor, positions: Tensor | None, start: int) -> tuple[Tensor, Tensor, Tensor]:
+    def _project(self, x: Tensor, positions: Tensor | None, start: int,
+                 rotation: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, S, C) -> q (B, NH, S, HS), k and v (B, NKV, S, HS). The positions, (1 or B, S) or None for start,
-        start + 1, ..., turn q and k in a layer with rotary embeddings (GroupedQueryAttention), not here."""
+        start + 1, ..., turn q and k in a layer with rotary embeddings (GroupedQueryAttention, which also takes their
+        `rotation`, cos and sin precomputed), not here."""
         return self._qkv(x)
 
     def _bias(self, q_len: int, kv_len: int, dtype: torch.dtype) -> Tensor | None:

@@ -54,9 +54,6 @@ class GroupedQueryAttention(CausalAttention):
             raise TypeError(f"alibi must be True or False, got {alibi!r}")
         self.alibi = alibi
         self.register_buffer("slopes", alibi_slopes(self.num_heads) if alibi else None, persistent=False)  # (NH,)
-        # A model whose layers all turn the same positions (Llama) shares one dict here between their attentions, so
-        # that the first layer computes cos and sin and the others reuse them within a forward pass; None: no sharing.
-        self._rope_memo: dict | None = None
 
     def extra_repr(self) -> str:
         return (
@@ -64,29 +61,20 @@ class GroupedQueryAttention(CausalAttention):
             f"context_size={self.context_size}, rope_theta={self.rope_theta}, alibi={self.alibi}, window={self.window}"
         )
 
-    def _project(self, x: Tensor, positions: Tensor | None, start: int) -> tuple[Tensor, Tensor, Tensor]:
+    def _project(self, x: Tensor, positions: Tensor | None, start: int,
+                 rotation: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, S, C) -> q (B, NH, S, HS), k and v (B, NKV, S, HS), q and k turned by RoPE at their positions
-        ((1 or B, S), or None: start, start + 1, ...)."""
+        ((1 or B, S), or None: start, start + 1, ...). `rotation`: their cos and sin, each (1 or B, S, HS), when the
+        caller has computed them (a model whose layers all turn the same positions computes them once)."""
         q, k, v = self._qkv(x)  # (B, NH, S, HS), (B, NKV, S, HS) x 2
         if self.rope_theta is not None:
-            positions = default_positions(start, x.shape[1], x.device) if positions is None else positions
-            cos, sin = self._rotation(positions, x.dtype)  # (1 or B, S, HS)
-            q = apply_rope(q, cos[:, None], sin[:, None])  # (B, NH, S, HS)
-            k = apply_rope(k, cos[:, None], sin[:, None])  # (B, NKV, S, HS)
+            if rotation is None:
+                positions = default_positions(start, x.shape[1], x.device) if positions is None else positions
+                rotation = rope_cos_sin(positions, self.head_size, self.rope_theta, dtype=x.dtype)
+            cos, sin = rotation[0][:, None], rotation[1][:, None]  # (1 or B, 1, S, HS): the same for every head
+            q = apply_rope(q, cos, sin)  # (B, NH, S, HS)
+            k = apply_rope(k, cos, sin)  # (B, NKV, S, HS)
         return q, k, v
-
-    def _rotation(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """RoPE's cos and sin for `positions`, each (1 or B, S, HS): taken from the shared memo when another layer
-        has just computed them for the same positions (the same memory, shape and strides: each layer's checks hand
-        on a new view of the caller's tensor; the memo holds that tensor, so its memory cannot be reused meanwhile,
-        and the model empties the memo when its pass ends, before anyone could write to the positions)."""
-        memo, key = self._rope_memo, (self.head_size, self.rope_theta, dtype)
-        if memo is not None and memo.get("key") == key and _same_tensor(memo["positions"], positions):
-            return memo["cos"], memo["sin"]
-        cos, sin = rope_cos_sin(positions, self.head_size, self.rope_theta, dtype=dtype)
-        if memo is not None:
-            memo.update(positions=positions, key=key, cos=cos, sin=sin)
-        return cos, sin
 
     def _bias(self, q_len: int, kv_len: int, dtype: torch.dtype) -> Tensor | None:
         """ALiBi's bias (1, NH, S, S_kv) for S = q_len queries at the end of S_kv = kv_len keys, or None. (The window
@@ -113,8 +101,3 @@ class GroupedQueryAttention(CausalAttention):
         weight = hf_projections(attn)[0]
         layer = cls(context_size=context_size, **args).to(device=weight.device, dtype=weight.dtype)
         return load_hf_attention(layer, attn).train(attn.training)
-
-
-def _same_tensor(a: Tensor, b: Tensor) -> bool:
-    """Whether a and b are views of the same numbers: the same device, memory, shape and strides."""
-    return a.device == b.device and a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from .caches import Cache
 from .checks import check_size
 from .grouped import GroupedQueryAttention
-from .positions import default_positions, padding_positions
+from .positions import default_positions, padding_positions, rope_cos_sin
 
 # %% auto #0
 __all__ = ['SMOLLM2_GGUF', 'RMSNorm', 'SwiGLU', 'LlamaLayer', 'Llama', 'smollm2_file', 'load_smollm2']
@@ -87,9 +87,10 @@ class LlamaLayer(nn.Module):
         return out
 
     def _run(self, x: Tensor, mask: Tensor | None, cache: Cache | None, positions: Tensor | None,
-             return_weights: bool = False) -> tuple[Tensor, Tensor | None]:
-        """The layer without keeping the new tokens in the cache (the caller commits): (out (B, S, C), weights)."""
-        h, weights = self.self_attn._run(self.input_layernorm(x), mask, cache, positions, return_weights)
+             return_weights: bool = False, rotation: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor | None]:
+        """The layer without keeping the new tokens in the cache (the caller commits): (out (B, S, C), weights).
+        `rotation`: RoPE's cos and sin for `positions`, computed once by the model for all its layers."""
+        h, weights = self.self_attn._run(self.input_layernorm(x), mask, cache, positions, return_weights, rotation)
         h = x + h  # (B, S, C): the residual around the attention
         return h + self.mlp(self.post_attention_layernorm(h)), weights  # and around the feed-forward
 
@@ -122,14 +123,6 @@ class Llama(nn.Module):
         self.lm_head = nn.Linear(hidden_size, self.vocab_size, bias=False)  # (V, C)
         if tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight  # one matrix reads tokens in and writes them out
-        self._share_rotation()
-
-    def _share_rotation(self) -> None:
-        """One dict for the attentions of every block: all turn the same positions, so within a forward pass the first
-        computes RoPE's cos and sin and the others reuse them (`_forward` empties it when the pass ends)."""
-        self._rope_memo: dict = {}
-        for layer in self.layers:
-            layer.self_attn._rope_memo = self._rope_memo
 
     def new_cache(self, batch_size: int, max_length: int | None = None) -> list[Cache]:
         """One empty cache per layer, for `batch_size` sequences of at most `max_length` tokens (default
@@ -144,16 +137,15 @@ class Llama(nn.Module):
                  return_weights: bool, last_only: bool) -> Tensor | tuple[Tensor, list[Tensor]]:
         """forward; with last_only, the logits of the last position only, (B, 1, V): all that decoding reads."""
         input_ids, mask, positions = self._inputs(input_ids, attention_mask, cache)
-        if positions is None:  # one tensor for every block, so that their attentions share its rotation
+        if positions is None:
             positions = default_positions(0 if cache is None else cache[0].seen, input_ids.shape[1], input_ids.device)
         x = self.embed_tokens(input_ids)  # (B, S, C)
+        attn = self.layers[0].self_attn  # every block turns the same positions with the same head size and base:
+        rotation = rope_cos_sin(positions, attn.head_size, attn.rope_theta, dtype=x.dtype)  # cos and sin computed once
         weights = []
-        try:
-            for layer, layer_cache in zip(self.layers, cache or [None] * len(self.layers), strict=True):
-                x, w = layer._run(x, mask, layer_cache, positions, return_weights)  # (B, S, C): nothing kept yet
-                weights.append(w)
-        finally:
-            self._rope_memo.clear()  # the rotation of this pass only: never reused by a later call
+        for layer, layer_cache in zip(self.layers, cache or [None] * len(self.layers), strict=True):
+            x, w = layer._run(x, mask, layer_cache, positions, return_weights, rotation)  # (B, S, C): nothing kept yet
+            weights.append(w)
         logits = self.lm_head(self.norm(x[:, -1:] if last_only else x))  # (B, S or 1, V)
         for layer_cache in cache or ():
             layer_cache.commit()  # every layer succeeded: keep the new tokens in all of them
@@ -242,7 +234,6 @@ class Llama(nn.Module):
                 setattr(ours.mlp, name, getattr(theirs.mlp, name))  # the nn.Linear itself, shared
         model.norm.weight = hf.model.norm.weight
         model.lm_head = hf.lm_head  # tied to the embeddings in hf when its config says so
-        model._share_rotation()  # the new attentions join the shared rotation
         return model.train(hf.training)
 
 # %% ../notebooks/09_llm.ipynb #d17de012
