@@ -283,7 +283,7 @@ def decode_stack(blocks, x, context):
     for t in range(x.shape[1]):
         h = x[:, t : t + 1]  # (B, 1, C): token t
         for block, cache, kv in zip(blocks, caches, kvs, strict=True):
-            h = block.decode(h, cache, kv)  # (B, 1, C)
+            h = block(h, kv, cache=cache)  # (B, 1, C)
         outs.append(h)
     return torch.cat(outs, dim=1)  # (B, S, C)
 
@@ -299,7 +299,7 @@ def decode_stack_projecting_every_step(blocks, x, context):
     for t in range(x.shape[1]):
         h = x[:, t : t + 1]
         for block, cache in zip(blocks, caches, strict=True):
-            h = block.decode(h, cache, context)  # projects the context again at every step
+            h = block(h, context, cache=cache)  # projects the context again at every step
         outs.append(h)
     return torch.cat(outs, dim=1)
 
@@ -313,7 +313,7 @@ def decode_stack_whole_sequence(blocks, x, context):
 @torch.no_grad()
 def decode_stack_last_block_only(blocks, x, context):
     cache, kv = blocks[-1].new_cache(len(x)), blocks[-1].cross_attn.project_context(context)
-    return torch.cat([blocks[-1].decode(x[:, t : t + 1], cache, kv) for t in range(x.shape[1])], dim=1)
+    return torch.cat([blocks[-1](x[:, t : t + 1], kv, cache=cache) for t in range(x.shape[1])], dim=1)
 
 
 @torch.no_grad()
@@ -321,7 +321,7 @@ def decode_stack_layer_by_layer(blocks, x, context):
     h = x
     for block in blocks:  # the blocks outside, the tokens inside: block 2 waits for every token of block 1
         cache, kv = block.new_cache(len(x)), block.cross_attn.project_context(context)
-        h = torch.cat([block.decode(h[:, t : t + 1], cache, kv) for t in range(x.shape[1])], dim=1)
+        h = torch.cat([block(h[:, t : t + 1], kv, cache=cache) for t in range(x.shape[1])], dim=1)
     return h
 
 
@@ -337,7 +337,7 @@ def decode_stack_shared_cache(blocks, x, context):
     for t in range(x.shape[1]):
         h = x[:, t : t + 1]
         for block, kv in zip(blocks, kvs, strict=True):
-            h = block.decode(h, cache, kv)
+            h = block(h, kv, cache=cache)
         outs.append(h)
     return torch.cat(outs, dim=1)
 
@@ -360,7 +360,7 @@ def decode_stack_fresh_cache_each_step(blocks, x, context):
     for t in range(x.shape[1]):
         h = x[:, t : t + 1]
         for block, kv in zip(blocks, kvs, strict=True):
-            h = block.decode(h, block.new_cache(len(x)), kv)  # a new, empty cache at every step
+            h = block(h, kv, cache=block.new_cache(len(x)))  # a new, empty cache at every step
         outs.append(h)
     return torch.cat(outs, dim=1)
 
@@ -373,7 +373,7 @@ def decode_stack_first_projection_for_all(blocks, x, context):
     for t in range(x.shape[1]):
         h = x[:, t : t + 1]
         for block, cache in zip(blocks, caches, strict=True):
-            h = block.decode(h, cache, kv)
+            h = block(h, kv, cache=cache)
         outs.append(h)
     return torch.cat(outs, dim=1)
 
@@ -385,7 +385,7 @@ def decode_stack_not_chained(blocks, x, context):
     outs = []
     for t in range(x.shape[1]):
         for block, cache, kv in zip(blocks, caches, kvs, strict=True):
-            h = block.decode(x[:, t : t + 1], cache, kv)  # every block reads token t itself
+            h = block(x[:, t : t + 1], kv, cache=cache)  # every block reads token t itself
         outs.append(h)
     return torch.cat(outs, dim=1)
 
@@ -407,7 +407,7 @@ def decode_stack_feeding_outputs_back(blocks, x, context):
     h, outs = x[:, :1], []
     for _ in range(x.shape[1]):
         for block, cache, kv in zip(blocks, caches, kvs, strict=True):
-            h = block.decode(h, cache, kv)
+            h = block(h, kv, cache=cache)
         outs.append(h)  # and h, the stack's output, becomes the next step's input instead of token t + 1
     return torch.cat(outs, dim=1)
 
@@ -419,7 +419,7 @@ def decode_stack_writing_into_x(blocks, x, context):
     for t in range(x.shape[1]):
         h = x[:, t : t + 1]
         for block, cache, kv in zip(blocks, caches, kvs, strict=True):
-            h = block.decode(h, cache, kv)
+            h = block(h, kv, cache=cache)
         x[:, t : t + 1] = h  # the outputs stored in the caller's x
     return x
 

@@ -422,7 +422,7 @@ def _check_record(record: _Record, L: int, S: int, x: Tensor, complete: bool) ->
     lengths = [tokens for _, tokens in record.calls]
     if any(n != 1 for n in lengths):
         raise Hint(f"the blocks' self-attention saw {lengths} tokens per call: run one token per step, x[:, t:t+1], "
-                   "through every block, with block.decode and a cache per block (block.new_cache(B)), as "
+                   "through every block, each block with its own cache (block.new_cache(B)), as "
                    "generation does: token t + 1 does not exist yet when token t runs.")
     called = sorted({n for n, _ in record.calls})
     if complete and called != list(range(L)):
@@ -445,7 +445,7 @@ def _check_record(record: _Record, L: int, S: int, x: Tensor, complete: bool) ->
             if cache is None:
                 raise Hint("a block ran without a cache: token t then sees only itself in the self-attention. Give "
                            "every block its own cache, block.new_cache(B), made before the loop, and pass it at every "
-                           "step: block.decode(h, cache, context_kv).")
+                           "step: block(h, context_kv, cache=cache).")
             if owner.setdefault(id(cache), n) != n:
                 raise Hint("one cache serves two blocks: each block's self-attention keeps its own keys and values, "
                            "so the second block saw the first block's tokens as its own past. Make one cache per "
@@ -462,7 +462,7 @@ def _check_record(record: _Record, L: int, S: int, x: Tensor, complete: bool) ->
                 previous = record.outputs[i - 1][1] if i - 1 < len(record.outputs) else None
                 if previous is not None and not torch.equal(h, previous):
                     raise Hint(f"at step {t} blocks[{n}] did not read the output of blocks[{n - 1}]: in a stack, "
-                               "each block reads the previous block's output (h = block.decode(h, ...)), and the "
+                               "each block reads the previous block's output (h = block(h, ...)), and the "
                                "step's output is the last block's.")
     if not complete:
         return
