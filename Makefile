@@ -80,9 +80,10 @@ test-browser: install
 	$(VENV)/bin/pytest -v --durations=0 -m browser tests
 
 # The website: built (as make site does), served on 127.0.0.1 and visited page by page in headless Chromium, offline
-# (tests/test_site.py); screenshots go to test-artifacts/site/.
+# (tests/test_site.py, named alone: collecting the whole of tests/ would cost more than the build).
+# Screenshots go to test-artifacts/site/.
 test-site: install
-	$(VENV)/bin/pytest -v --durations=0 -m site tests
+	$(VENV)/bin/pytest -v --durations=0 -m site tests/test_site.py
 
 # Every notebook in a Colab-like environment (tests/colab_env.py).
 test-colab: install

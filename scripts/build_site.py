@@ -10,6 +10,7 @@ copy of site/ and notebooks/ laid out beside OUTDIR): a second run rebuilds only
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -46,7 +47,7 @@ def build(out: Path = DEFAULT_OUT, fresh: bool = False) -> float:
     # The doctrees go beside the pages, not into them: the published folder holds the site alone.
     command += ["-d", str(out.parent / f".{out.name}-doctrees"), str(source), str(out)]
     start = time.perf_counter()
-    subprocess.run(command, check=True, cwd=ROOT)
+    subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, "ATTENTION_REPOSITORY": str(ROOT)})
     return time.perf_counter() - start
 
 

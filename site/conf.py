@@ -6,12 +6,14 @@ out).
 series.py (in _ext/) adapts the notebooks to a page without a kernel; see its docstring.
 """
 
+import os
 import sys
 import tomllib
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = next(p for p in HERE.parents if (p / "pyproject.toml").exists())  # the repository (Sphinx reads a copy)
+# The repository: scripts/build_site.py names it (Sphinx reads a copy of this folder, which may lie anywhere).
+ROOT = Path(os.environ.get("ATTENTION_REPOSITORY", HERE.parent))
 sys.path.insert(0, str(HERE / "_ext"))
 
 # The repository's address lives in pyproject.toml ([project.urls] Repository), as for the Colab badges.

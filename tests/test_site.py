@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import shutil
 import threading
 import tomllib
 import urllib.parse
@@ -61,7 +62,8 @@ def served():
     seconds = _build_module().build(OUT)
     pages = sorted(p.relative_to(OUT).as_posix() for p in OUT.glob("**/*.html")
                    if not {"_static", "_sources"} & set(p.relative_to(OUT).parts))
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)  # no screenshot of an earlier run is left to mislead
+    ARTIFACTS.mkdir(parents=True)
     (ARTIFACTS / "build.json").write_text(json.dumps({"build_seconds": round(seconds, 1), "pages": pages}, indent=1))
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(OUT)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)

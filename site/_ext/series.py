@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import html
 import importlib.util
 import json
@@ -55,11 +56,17 @@ def _control_value(model: dict) -> str | None:
     return None
 
 
+def _hidden(state: dict, models: dict) -> bool:
+    """Whether the widget was hidden (its layout's display "none", or visibility "hidden") in the saved state."""
+    layout = models.get(str(state.get("layout", "")).removeprefix("IPY_MODEL_"), {}).get("state", {})
+    return layout.get("display") == "none" or layout.get("visibility") == "hidden"
+
+
 def widget_html(model_id: str, models: dict) -> str:
     """Static HTML for the widget `model_id` as the notebook saved it: boxes become <div>s, HTML and Label widgets
-    their content, a progress bar a <progress>, a control a line "description: value"."""
+    their content, a progress bar a <progress>, a control a line "description: value"; hidden widgets are left out."""
     model = models.get(model_id)
-    if model is None:
+    if model is None or _hidden(model["state"], models):
         return ""
     name, state = model["model_name"], model["state"]
     if name.endswith("BoxModel"):
@@ -191,6 +198,8 @@ def copy_mathjax(app, exception) -> None:
 
 def setup(app):
     app.add_config_value("series_repository", "", "env", types=[str])
+    # This file's digest: a change here re-reads every page, as a change of conf.py does.
+    app.add_config_value("series_digest", hashlib.sha256(Path(__file__).read_bytes()).hexdigest(), "env", types=[str])
     app.add_node(appendix_body, html=(visit_appendix_body, depart_appendix_body))
     app.connect("source-read", on_source_read)
     app.connect("doctree-resolved", fold_appendices)
