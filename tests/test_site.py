@@ -105,6 +105,9 @@ class Offline:
             route.abort()
 
 
+# Resolves once MathJax has typeset the page (at once on a page without math).
+TYPESET = "async () => { if (window.MathJax?.startup?.promise) await MathJax.startup.promise; }"
+
 # What a page holds, read once it has loaded and MathJax has typeset it; last, every <details> is opened (folded
 # appendices, the setup cell) and the explorers' pictures are measured.
 READ_PAGE = """async () => {
@@ -167,6 +170,7 @@ def crawl(served, browser):
         page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
         before = len(offline.foreign)
         response = page.goto(base + name, wait_until="load")
+        page.evaluate(TYPESET)
         page.screenshot(path=str(ARTIFACTS / (name.replace("/", "_").removesuffix(".html") + ".png")))
         info = page.evaluate(READ_PAGE)
         if name.startswith("notebooks/"):  # the notebook the download button serves

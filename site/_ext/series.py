@@ -189,11 +189,15 @@ def copy_mathjax(app, exception) -> None:
         raise RuntimeError("MathJax is missing: pip install sphinx-mathjax-offline (the site extra)")
     source = Path(spec.origin).parent / "static" / "mathjax"
     target = Path(app.outdir) / "_static" / "mathjax"
+    stamp = target / ".copied-from"  # the copy is done once per MathJax installation, not at every build
+    if stamp.exists() and stamp.read_text() == f"{source} {(source / 'tex-chtml.js').stat().st_mtime_ns}":
+        return
     target.mkdir(parents=True, exist_ok=True)
     shutil.copy2(source / "tex-chtml.js", target / "tex-chtml.js")
     for folder in source.iterdir():
         if folder.is_dir():
             shutil.copytree(folder, target / folder.name, dirs_exist_ok=True)
+    stamp.write_text(f"{source} {(source / 'tex-chtml.js').stat().st_mtime_ns}")
 
 
 def setup(app):
