@@ -199,8 +199,12 @@ def test_every_page_loads_offline_without_errors(crawl):
         if wrong:
             problems[name] = wrong
     assert not problems, json.dumps(problems, indent=1)
-    pictures = {name: len(info["images"]) for name, info in notebook_pages(crawl).items()}
-    assert all(pictures.values()), pictures  # every notebook has at least one picture
+    pictures = {}  # every PNG output of a notebook is a loaded picture on its page, and none is dropped
+    for name, info in notebook_pages(crawl).items():
+        nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+        outputs = sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", []))
+        pictures[name] = (outputs, sum("/_images/" in i["src"] for i in info["images"]))
+    assert all(n > 0 and n == shown for n, shown in pictures.values()), pictures
 
 
 def test_math_is_typeset_and_no_raw_tex_is_left(crawl):
