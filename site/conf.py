@@ -79,6 +79,7 @@ html_theme_options = {
     "navigation_with_keys": False,
     "show_navbar_depth": 1,
     "article_header_start": ["toggle-primary-sidebar.html"],
+    "navbar_persistent": [],  # one search field, the sidebar's, not a second one in an otherwise empty top bar
 }
 series_repository = REPOSITORY  # _ext/series.py points links to files outside the site there
 copybutton_exclude = ".linenos, .gp, .go"
