@@ -307,7 +307,12 @@ def test_search_finds_kv_cache(served, browser):
     base, _ = served
     offline = Offline(browser, base)
     page = offline.context.new_page()
-    page.goto(base + "search.html?q=KV+cache", wait_until="load")
+    page.goto(f"{base}notebooks/{NOTEBOOKS[0]}.html", wait_until="load")
+    page.click(".bd-sidebar-primary .search-button-field")  # as a reader does: the sidebar's search field
+    page.keyboard.type("KV cache")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    assert page.url == base + "search.html?q=KV+cache", page.url
     page.wait_for_function("() => /Search finished/.test(document.body.textContent)",
                            timeout=30_000)
     hits = page.eval_on_selector_all("#search-results ul.search li a", "links => links.map(a => a.href)")
