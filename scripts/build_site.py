@@ -48,6 +48,11 @@ def build(out: Path = DEFAULT_OUT, fresh: bool = False) -> float:
     command += ["-d", str(out.parent / f".{out.name}-doctrees"), str(source), str(out)]
     start = time.perf_counter()
     subprocess.run(command, check=True, cwd=ROOT, env={**os.environ, "ATTENTION_REPOSITORY": str(ROOT)})
+    # Sphinx leaves the page of a notebook that is gone (renamed, removed): the site keeps the series' pages only.
+    series = {p.stem for p in (source / "notebooks").glob("*.ipynb")}
+    for stale in [*out.glob("notebooks/*.html"), *out.glob("_sources/notebooks/*.ipynb")]:
+        if stale.name.split(".")[0] not in series:
+            stale.unlink()
     return time.perf_counter() - start
 
 
