@@ -3,13 +3,14 @@ HTTP server serves it on 127.0.0.1, and headless Chromium visits every page once
 refused, as a reader without a network would.
 
 On every page: HTTP 200; no console error or uncaught exception; no request to another host; every image loaded
-(naturalWidth > 0); math typeset by the site's own MathJax, without an error, and no raw TeX left (`$$`, `\\frac`,
-`\\sqrt`, `\\begin{` outside rendered math and code); no widget left as its Python repr; every internal link and anchor
-resolving. Then, page by page: the left table of contents, the in-page outline, the previous/next chain in reading
-order, code copy buttons, "Open in Colab" and "Download notebook" (which serves the committed notebook, byte for byte),
-the appendices folded under their headings, the exercises visible with their graders' calls, each explorer shown as
-its saved picture; and the search finds "KV cache". A screenshot of each page goes to test-artifacts/site/, with the
-build time and the number of pages in test-artifacts/site/build.json.
+(naturalWidth > 0), and each PNG output of a notebook among them; math typeset by the site's own MathJax, without an
+error, and no raw TeX left (`$$`, `\\frac`, `\\sqrt`, `\\begin{` outside rendered math and code); no widget left as its
+Python repr; every internal link and anchor resolving. Then, page by page: the left table of contents, the in-page
+outline, the previous/next chain in reading order, code copy buttons, "Open in Colab" and "Download notebook" (which
+serves the committed notebook, byte for byte), the appendices folded under their headings (a link into one opens it),
+the exercises visible with their graders' calls, each explorer shown as its saved picture; and "KV cache" typed into
+the search field finds notebooks 04 and 08. A screenshot of each page goes to test-artifacts/site/, with the build
+time and the pages in build.json there.
 
 Without /usr/bin/chromium the test is skipped, unless ATTENTION_REQUIRE_BROWSER=1 (CI), which makes it fail.
 """
