@@ -16,7 +16,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # is remade even if present, instead of every later command failing with "No such file or directory".
 VENV_OK := $(shell $(PY) -c 'print("yes")' 2>/dev/null)
 
-.PHONY: install venv-broken lab colab notebooks export check-export lint test test-unit test-browser test-colab test-notebooks bench bench-explorer quote-bench clean
+.PHONY: install venv-broken lab colab notebooks export check-export lint site test test-unit test-browser test-site test-colab test-notebooks bench bench-explorer quote-bench clean
 
 install: $(STAMP)
 
@@ -62,16 +62,28 @@ check-export: install
 	$(PY) scripts/export.py --check
 
 lint: install
-	$(VENV)/bin/ruff check attention_lib tests notebooks benchmarks scripts solutions
+	$(VENV)/bin/ruff check attention_lib tests notebooks benchmarks scripts solutions site
 
-# The unit tests: everything in tests/ but the browser and the Colab-like tests, which have targets of their own.
+# The series as a website, from the committed notebooks as they are (nothing re-executed, nothing downloaded):
+# Sphinx with myst-nb and sphinx-book-theme (site/conf.py) into build/site. Open build/site/index.html, or serve it:
+# python -m http.server -d build/site
+site: install
+	$(PY) scripts/build_site.py
+
+# The unit tests: everything in tests/ but the browser, website and Colab-like tests, which have targets of their own.
 test-unit: install
-	$(VENV)/bin/pytest -v --durations=0 --durations-min=10 -m "not browser and not colab" tests
+	$(VENV)/bin/pytest -v --durations=0 --durations-min=10 -m "not browser and not colab and not site" tests
 
 # The explorer driven in JupyterLab by headless Chromium (tests/browser.py; ATTENTION_CHROMIUM names the browser,
 # /usr/bin/chromium by default).
 test-browser: install
 	$(VENV)/bin/pytest -v --durations=0 -m browser tests
+
+# The website: built (as make site does), served on 127.0.0.1 and visited page by page in headless Chromium, offline
+# (tests/test_site.py, named alone: collecting the whole of tests/ would cost more than the build).
+# Screenshots go to test-artifacts/site/.
+test-site: install
+	$(VENV)/bin/pytest -v --durations=0 -m site tests/test_site.py
 
 # Every notebook in a Colab-like environment (tests/colab_env.py).
 test-colab: install
@@ -80,7 +92,7 @@ test-colab: install
 test-notebooks: install
 	$(VENV)/bin/pytest -v --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
-test: lint check-export test-unit test-browser test-colab test-notebooks
+test: lint check-export test-unit test-browser test-site test-colab test-notebooks
 
 bench: install
 	$(PY) benchmarks/run.py

@@ -1,0 +1,211 @@
+"""What the website needs beyond myst-nb and sphinx-book-theme, for notebooks read without a kernel or a network.
+
+- Each notebook is adapted as Sphinx reads it (the file on disk, which "Download notebook" serves, is untouched):
+  - an ipywidgets output becomes static HTML drawn from the widget state the notebook saved: the explorer's picture
+    (its SVG, as the last run left it), its controls' values as text, a progress bar as its text. Without this a page
+    would show the widget's Python repr, or an empty box waiting for a kernel. `widget_html` is the one place where a
+    widget output becomes HTML: an explorer's standalone interactive export would be included there, beside the
+    static picture, which stays for readers whose scripts are off.
+  - the "Open In Colab" badge, an image served by Colab, becomes a plain link (the page header has Colab's button too);
+  - a link to a file of the repository that is not on the site (a recorded benchmark run) points to the repository;
+  - the setup cell's code is folded (it installs the package in Colab; a reader of the site needs its output only);
+  - nbval's `# NBVAL_IGNORE_OUTPUT` markers, which tell the test suite what to skip, are left out of the code shown.
+- Every "Appendix ..." section is folded into a <details> element under its heading and marked optional, so the
+  main path reads as one sitting; the heading stays in the outline, and following a link into it opens it.
+- MathJax 3 (from the sphinx-mathjax-offline wheel) is copied into _static/mathjax, which conf.py's mathjax_path
+  names: math is typeset by the site itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import importlib.util
+import json
+import posixpath
+import re
+import shutil
+from pathlib import Path
+
+from docutils import nodes
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+COLAB_BADGE = re.compile(r"\[!\[Open In Colab\]\(https://colab\.research\.google\.com/assets/colab-badge\.svg\)\]\(([^)]+)\)")
+APPENDIX = re.compile(r"^Appendix\b")
+# A Markdown link whose target is a relative path (no scheme, no anchor of this page).
+RELATIVE_LINK = re.compile(r"\]\((?![a-z][a-z0-9+.-]*:|#)([^)\s]+)\)")
+
+
+# --- notebooks -------------------------------------------------------------------------------------------------
+
+
+def _options(state: dict) -> list[str]:
+    return state.get("_options_labels") or [str(o) for o in state.get("options", [])]
+
+
+def _control_value(model: dict) -> str | None:
+    """The value a control showed when the notebook was saved, as text (None for a model that is no control)."""
+    name, state = model["model_name"], model["state"]
+    if name in {"DropdownModel", "ToggleButtonsModel", "SelectionSliderModel", "RadioButtonsModel", "SelectModel"}:
+        index, options = state.get("index"), _options(state)
+        return options[index] if isinstance(index, int) and 0 <= index < len(options) else ""
+    if name in {"IntSliderModel", "FloatSliderModel", "IntTextModel", "FloatTextModel", "BoundedIntTextModel",
+                "BoundedFloatTextModel", "TextModel", "TextareaModel", "CheckboxModel", "ToggleButtonModel"}:
+        return str(state.get("value", ""))
+    return None
+
+
+def _hidden(state: dict, models: dict) -> bool:
+    """Whether the widget was hidden (its layout's display "none", or visibility "hidden") in the saved state."""
+    layout = models.get(str(state.get("layout", "")).removeprefix("IPY_MODEL_"), {}).get("state", {})
+    return layout.get("display") == "none" or layout.get("visibility") == "hidden"
+
+
+def widget_html(model_id: str, models: dict) -> str:
+    """Static HTML for the widget `model_id` as the notebook saved it: boxes become <div>s, HTML and Label widgets
+    their content, a progress bar a <progress>, a control a line "description: value"; hidden widgets are left out."""
+    model = models.get(model_id)
+    if model is None or _hidden(model["state"], models):
+        return ""
+    name, state = model["model_name"], model["state"]
+    if name.endswith("BoxModel"):
+        children = [widget_html(ref.removeprefix("IPY_MODEL_"), models) for ref in state.get("children", [])]
+        kind = "row" if name == "HBoxModel" else "column"
+        return f'<div class="widget-static widget-static-{kind}">{"".join(c for c in children if c)}</div>'
+    if name in {"HTMLModel", "HTMLMathModel"}:
+        return f'<div class="widget-static-html">{state.get("value", "")}</div>' if state.get("value") else ""
+    if name == "LabelModel":
+        return f'<span class="widget-static-label">{html.escape(str(state.get("value", "")))}</span>'
+    if name in {"FloatProgressModel", "IntProgressModel"}:
+        value, top = float(state.get("value", 0)), float(state.get("max", 100))
+        return f'<progress class="widget-static-progress" value="{value:g}" max="{top:g}"></progress>'
+    value = _control_value(model)
+    if value is None:
+        return ""
+    label = html.escape(str(state.get("description", "")).strip() or name.removesuffix("Model"))
+    return f'<span class="widget-static-control"><span>{label}</span> {html.escape(value)}</span>'
+
+
+def _is_explorer(markup: str) -> bool:
+    return 'class="attn-picture"' in markup
+
+
+def static_widget_output(view: dict, models: dict) -> str:
+    markup = widget_html(view["model_id"], models)
+    if _is_explorer(markup):
+        note = ('<p class="widget-static-note">The explorer as the notebook saved it, with the controls\' values '
+                "above the picture. Run the notebook (Jupyter, or Colab with the button at the top of this page) to "
+                "change them.</p>")
+        return f'<div class="widget-static-explorer">{note}{markup}</div>'
+    return markup
+
+
+def repository_link(target: str, docname: str, repository: str) -> str:
+    """The address in the repository of `target`, a path relative to the notebook `docname` (a file outside the site;
+    links between notebooks stay as they are)."""
+    path, _, anchor = target.partition("#")
+    if path.endswith(".ipynb") and "/" not in path:
+        return target
+    resolved = posixpath.normpath(posixpath.join(posixpath.dirname(docname), path))
+    return f"{repository}/blob/main/{resolved}" + (f"#{anchor}" if anchor else "")
+
+
+def adapt_notebook(text: str, docname: str = "notebooks/notebook", repository: str = "") -> str:
+    """The notebook JSON `text` of the page `docname`, adapted for a page without a kernel (see the module's
+    docstring); relative links to other files of the repository point into `repository`."""
+    nb = json.loads(text)
+    models = nb.get("metadata", {}).pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    for cell in nb["cells"]:
+        source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "markdown":
+            source = COLAB_BADGE.sub(r'<a class="colab-link" href="\1">Open in Colab</a>', source)
+            source = RELATIVE_LINK.sub(lambda m: f"]({repository_link(m.group(1), docname, repository)})", source)
+        elif cell["cell_type"] == "code":
+            source = "\n".join(line for line in source.split("\n") if line.strip() != "# NBVAL_IGNORE_OUTPUT")
+            tags = cell.setdefault("metadata", {}).setdefault("tags", [])
+            if "colab-setup" in tags and "hide-input" not in tags:
+                tags.append("hide-input")
+            for output in cell.get("outputs", []):
+                data = output.get("data", {})
+                if WIDGET_VIEW in data:
+                    markup = static_widget_output(data[WIDGET_VIEW], models)
+                    output["data"] = {"text/html": markup} if markup else {"text/plain": ""}
+        cell["source"] = source
+    return json.dumps(nb)
+
+
+def on_source_read(app, docname: str, source: list[str]) -> None:
+    if app.env.doc2path(docname).suffix == ".ipynb":
+        source[0] = adapt_notebook(source[0], docname, app.config.series_repository)
+
+
+# --- appendices ------------------------------------------------------------------------------------------------
+
+
+class appendix_body(nodes.General, nodes.Element):  # noqa: N801 (docutils names nodes in lower case)
+    """The content of an appendix section, below its heading: a <details> element, folded."""
+
+
+def visit_appendix_body(self, node) -> None:
+    self.body.append('<details class="appendix-body"><summary>Optional appendix: show or hide</summary>')
+
+
+def depart_appendix_body(self, node) -> None:
+    self.body.append("</details>")
+
+
+def fold_appendices(app, doctree, docname: str) -> None:
+    for section in list(doctree.findall(nodes.section)):
+        title = section.next_node(nodes.title)
+        if title is None or title.parent is not section or not APPENDIX.match(title.astext()):
+            continue
+        if any(isinstance(a, nodes.section) and "appendix" in a["classes"] for a in _ancestors(section)):
+            continue
+        section["classes"].append("appendix")
+        body = appendix_body()
+        body.extend(section.children[1:])
+        section.children = section.children[:1]
+        section.append(body)
+        body.parent = section
+
+
+def _ancestors(node):
+    node = node.parent
+    while node is not None:
+        yield node
+        node = node.parent
+
+
+# --- MathJax ---------------------------------------------------------------------------------------------------
+
+
+def copy_mathjax(app, exception) -> None:
+    """tex-chtml.js and the components it loads on demand (TeX extensions, fonts, the menu's accessibility code)."""
+    if exception is not None or app.builder.format != "html":
+        return
+    spec = importlib.util.find_spec("sphinx-mathjax-offline")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("MathJax is missing: pip install sphinx-mathjax-offline (the site extra)")
+    source = Path(spec.origin).parent / "static" / "mathjax"
+    target = Path(app.outdir) / "_static" / "mathjax"
+    stamp = target / ".copied-from"  # the copy is done once per MathJax installation, not at every build
+    if stamp.exists() and stamp.read_text() == f"{source} {(source / 'tex-chtml.js').stat().st_mtime_ns}":
+        return
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(source / "tex-chtml.js", target / "tex-chtml.js")
+    for folder in source.iterdir():
+        if folder.is_dir():
+            shutil.copytree(folder, target / folder.name, dirs_exist_ok=True)
+    stamp.write_text(f"{source} {(source / 'tex-chtml.js').stat().st_mtime_ns}")
+
+
+def setup(app):
+    app.add_config_value("series_repository", "", "env", types=[str])
+    # This file's digest: a change here re-reads every page, as a change of conf.py does.
+    app.add_config_value("series_digest", hashlib.sha256(Path(__file__).read_bytes()).hexdigest(), "env", types=[str])
+    app.add_node(appendix_body, html=(visit_appendix_body, depart_appendix_body))
+    app.connect("source-read", on_source_read)
+    app.connect("doctree-resolved", fold_appendices)
+    app.connect("build-finished", copy_mathjax)
+    return {"version": "1", "parallel_read_safe": True, "parallel_write_safe": True}

@@ -1,0 +1,323 @@
+"""The website in a real browser: `scripts/build_site.py` builds it (as `make site` does) into build/site, a local
+HTTP server serves it on 127.0.0.1, and headless Chromium visits every page once, every request to another host
+refused, as a reader without a network would.
+
+On every page: HTTP 200; no console error or uncaught exception; no request to another host; every image loaded
+(naturalWidth > 0), and each PNG output of a notebook among them; math typeset by the site's own MathJax, without an
+error, and no raw TeX left (`$$`, `\\frac`, `\\sqrt`, `\\begin{` outside rendered math and code); no widget left as its
+Python repr; every internal link and anchor resolving. Then, page by page: the left table of contents, the in-page
+outline, the previous/next chain in reading order, code copy buttons, "Open in Colab" and "Download notebook" (which
+serves the committed notebook, byte for byte), the appendices folded under their headings (a link into one opens it),
+the exercises visible with their graders' calls, each explorer shown as its saved picture; and "KV cache" typed into
+the search field finds notebooks 04 and 08. A screenshot of each page goes to test-artifacts/site/, with the build
+time and the pages in build.json there.
+
+Without /usr/bin/chromium the test is skipped, unless ATTENTION_REQUIRE_BROWSER=1 (CI), which makes it fail.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import threading
+import tomllib
+import urllib.parse
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from browser import CHROMIUM, CHROMIUM_ARGS, need_browser
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.site
+
+OUT = ROOT / "build" / "site"
+ARTIFACTS = ROOT / "test-artifacts" / "site"
+NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
+REPOSITORY = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+RAW_TEX = re.compile(r"\$\$|\\frac|\\sqrt|\\begin\{")
+WIDGET_REPR = re.compile(r"\b[VH]Box\(children=")
+
+
+def _build_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("site_build", ROOT / "scripts" / "build_site.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Quiet(SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:  # the test reports what matters
+        pass
+
+
+@pytest.fixture(scope="module")
+def served():
+    """Build the site, serve it on 127.0.0.1; yield its base URL."""
+    need_browser(pytest)
+    seconds = _build_module().build(OUT)
+    pages = sorted(p.relative_to(OUT).as_posix() for p in OUT.glob("**/*.html")
+                   if not {"_static", "_sources"} & set(p.relative_to(OUT).parts))
+    shutil.rmtree(ARTIFACTS, ignore_errors=True)  # no screenshot of an earlier run is left to mislead
+    ARTIFACTS.mkdir(parents=True)
+    (ARTIFACTS / "build.json").write_text(json.dumps({"build_seconds": round(seconds, 1), "pages": pages}, indent=1))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(OUT)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", pages
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser(served):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+class Offline:
+    """A browser context that answers only requests to `base`'s host, and records every other one."""
+
+    def __init__(self, browser, base: str):
+        self.host = urllib.parse.urlsplit(base).netloc
+        self.foreign: list[str] = []
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.context.route("**/*", self._route)
+
+    def _route(self, route) -> None:
+        url = route.request.url
+        if url.startswith(("data:", "blob:")) or urllib.parse.urlsplit(url).netloc == self.host:
+            route.continue_()
+        else:
+            self.foreign.append(url)
+            route.abort()
+
+
+# Resolves once MathJax has typeset the page (at once on a page without math).
+TYPESET = "async () => { if (window.MathJax?.startup?.promise) await MathJax.startup.promise; }"
+
+# What a page holds, read once it has loaded and MathJax has typeset it; last, every <details> is opened (folded
+# appendices, the setup cell) and the explorers' pictures are measured.
+READ_PAGE = """async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+  await Promise.all([...document.images].map((img) => img.complete ? null :
+    new Promise((done) => { img.addEventListener('load', done); img.addEventListener('error', done); })));
+  const skip = 'mjx-container, script, style, pre, code, textarea, noscript';
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const texts = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode())
+    if (!node.parentElement.closest(skip)) texts.push(node.textContent);
+  const hrefs = (selector) => [...document.querySelectorAll(selector)].map((a) => a.getAttribute('href'));
+  const paths = (selector) => [...document.querySelectorAll(selector)].map((a) => new URL(a.href).pathname);
+  const sections = [...document.querySelectorAll('section')].filter((s) => s.querySelector(':scope > h2'))
+    .map((s) => {
+      const h2 = s.querySelector(':scope > h2'), folded = s.querySelector(':scope > details.appendix-body');
+      return {title: h2.textContent.replace('#', '').trim(), folded: folded ? !folded.open : null,
+              in_details: !!s.closest('details'), visible: h2.getBoundingClientRect().height > 0,
+              code: [...s.querySelectorAll('.cell_input pre')].map((p) => p.textContent).join('\\n')};
+    });
+  const found = {
+    text: texts.join(' '),
+    images: [...document.images].map((img) => ({src: img.currentSrc || img.src, width: img.naturalWidth})),
+    links: [...document.querySelectorAll('a[href]')].map((a) => a.href),
+    ids: [...document.querySelectorAll('[id]')].map((e) => e.id)
+      .concat([...document.querySelectorAll('a[name]')].map((a) => a.name)),
+    math: document.querySelectorAll('mjx-container').length,
+    math_errors: [...document.querySelectorAll('mjx-merror')].map((e) => e.textContent),
+    math_source: document.querySelectorAll('.math').length,
+    sidebar: paths('.bd-sidenav a'),
+    outline: [...document.querySelectorAll('nav.page-toc a')].map((a) => a.textContent.trim()),
+    previous: paths('.prev-next-area a.left-prev')[0] ?? null,
+    next: paths('.prev-next-area a.right-next')[0] ?? null,
+    hrefs: hrefs('a[href]'),
+    downloads: [...document.querySelectorAll("a[href$='.ipynb']:not([href^='http'])")].map((a) => a.href),
+    code_blocks: document.querySelectorAll('.cell_input div.highlight').length,
+    copy_buttons: document.querySelectorAll('.cell_input button.copybtn').length,
+    sections,
+  };
+  document.querySelectorAll('details').forEach((d) => { d.open = true; });
+  found.explorers = [...document.querySelectorAll('.widget-static-explorer')].map((e) => {
+    const svg = e.querySelector('.attn-picture svg');
+    return {width: svg ? svg.getBoundingClientRect().width : 0,
+            controls: e.querySelectorAll('.widget-static-control').length};
+  });
+  return found;
+}"""
+
+
+@pytest.fixture(scope="module")
+def crawl(served, browser):
+    """Visit every page once, offline; return {page: what it held and what went wrong}."""
+    base, pages = served
+    offline = Offline(browser, base)
+    found = {}
+    for name in pages:
+        page = offline.context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
+        before = len(offline.foreign)
+        response = page.goto(base + name, wait_until="load")
+        page.evaluate(TYPESET)
+        page.screenshot(path=str(ARTIFACTS / (name.replace("/", "_").removesuffix(".html") + ".png")))
+        info = page.evaluate(READ_PAGE)
+        if name.startswith("notebooks/"):  # the notebook the download button serves
+            info["download"] = page.request.get(info["downloads"][0]).body() if info["downloads"] else None
+        info.update(status=response.status, errors=errors, foreign=offline.foreign[before:])
+        found[name] = info
+        page.close()
+    offline.context.close()
+    return found
+
+
+def notebook_pages(crawl) -> dict[str, dict]:
+    return {name: crawl[f"notebooks/{name}.html"] for name in NOTEBOOKS}
+
+
+def test_every_page_loads_offline_without_errors(crawl):
+    assert {f"notebooks/{n}.html" for n in NOTEBOOKS} | {"index.html", "search.html"} <= set(crawl)
+    problems = {}
+    for name, info in crawl.items():
+        wrong = []
+        if info["status"] != 200:
+            wrong.append(f"HTTP {info['status']}")
+        wrong += [f"console: {e}" for e in info["errors"]]
+        wrong += [f"request to another host: {u}" for u in info["foreign"]]
+        wrong += [f"image not loaded: {i['src']}" for i in info["images"] if i["width"] == 0]
+        if wrong:
+            problems[name] = wrong
+    assert not problems, json.dumps(problems, indent=1)
+    pictures = {}  # every PNG output of a notebook is a loaded picture on its page, and none is dropped
+    for name, info in notebook_pages(crawl).items():
+        nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+        outputs = sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", []))
+        pictures[name] = (outputs, sum("/_images/" in i["src"] for i in info["images"]))
+    assert all(n > 0 and n == shown for n, shown in pictures.values()), pictures
+
+
+def test_math_is_typeset_and_no_raw_tex_is_left(crawl):
+    problems = {}
+    for name, info in crawl.items():
+        wrong = [f"MathJax error: {e}" for e in info["math_errors"]]
+        if info["math"] < info["math_source"]:
+            wrong.append(f"{info['math_source']} formulas, {info['math']} typeset")
+        wrong += [f"raw TeX: ...{info['text'][max(m.start() - 40, 0):m.end() + 40]}..."
+                  for m in RAW_TEX.finditer(info["text"])]
+        wrong += [f"widget repr: ...{info['text'][m.start():m.end() + 60]}..."
+                  for m in WIDGET_REPR.finditer(info["text"])]
+        if wrong:
+            problems[name] = wrong
+    assert not problems, json.dumps(problems, indent=1)
+    for name in ["index.html"] + [f"notebooks/{n}.html" for n in NOTEBOOKS]:
+        assert crawl[name]["math"] > 0, f"{name}: no math typeset"
+
+
+def test_every_internal_link_and_anchor_resolves(served, crawl):
+    base, _ = served
+    broken = []
+    for name, info in crawl.items():
+        for link in info["links"]:
+            if not link.startswith(base):
+                continue
+            path, _, anchor = link[len(base):].partition("#")
+            path = urllib.parse.unquote(path.partition("?")[0]) or "index.html"
+            if path.endswith("/"):
+                path += "index.html"
+            if not (OUT / path).is_file():
+                broken.append(f"{name}: {link} (no such file)")
+            elif anchor and path in crawl and urllib.parse.unquote(anchor) not in crawl[path]["ids"]:
+                broken.append(f"{name}: {link} (no such anchor)")
+    assert not broken, "\n".join(broken)
+
+
+def test_table_of_contents_outline_and_previous_next_in_reading_order(crawl):
+    order = ["index"] + NOTEBOOKS
+    for name, info in [("index", crawl["index.html"])] + list(notebook_pages(crawl).items()):
+        listed = [h.rsplit("/", 1)[-1].removesuffix(".html") for h in info["sidebar"] if "/notebooks/" in h]
+        assert listed == NOTEBOOKS, (name, info["sidebar"])
+        n = order.index(name)
+        following = info["next"] and info["next"].rsplit("/", 1)[-1].removesuffix(".html")
+        assert following == (order[n + 1] if n + 1 < len(order) else None), (name, info["next"])
+        if n:
+            assert info["previous"].rsplit("/", 1)[-1].removesuffix(".html") == order[n - 1], (name, info["previous"])
+            assert {"Summary", "Exercises"} <= set(info["outline"]), (name, info["outline"])
+
+
+def test_colab_download_and_copy_buttons(crawl):
+    colab = f"https://colab.research.google.com/github/{REPOSITORY.removeprefix('https://github.com/')}/blob/main"
+    for name, info in notebook_pages(crawl).items():
+        assert f"{colab}/notebooks/{name}.ipynb" in info["hrefs"], f"{name}: no Open in Colab link"
+        assert info["download"] == (ROOT / "notebooks" / f"{name}.ipynb").read_bytes(), f"{name}: download differs"
+        assert info["code_blocks"] > 0 and info["copy_buttons"] == info["code_blocks"], name
+
+
+def test_appendices_are_folded_and_exercises_are_visible(crawl):
+    for name, info in notebook_pages(crawl).items():
+        sections = info["sections"]
+        appendices = [s for s in sections if s["title"].startswith("Appendix")]
+        assert appendices, f"{name}: no appendix"
+        assert all(s["folded"] is True and s["visible"] for s in appendices), (name, appendices)
+        main = sections[: sections.index(appendices[0])]
+        assert all(s["folded"] is None and not s["in_details"] for s in main), (name, [s["title"] for s in main])
+        (exercises,) = [s for s in main if s["title"] == "Exercises"]
+        assert exercises["visible"] and re.search(r"check_\d\d_\d\(", exercises["code"]), (name, exercises)
+
+
+def test_a_link_into_an_appendix_opens_it(served, browser):
+    base, _ = served
+    offline = Offline(browser, base)
+    page = offline.context.new_page()
+    url = f"{base}notebooks/{NOTEBOOKS[0]}.html"
+    page.goto(url, wait_until="load")
+    last = page.eval_on_selector_all("section.appendix", "s => s.map((e) => e.id)")[-1]
+    page.click(f"nav.page-toc a[href='#{last}']")  # the outline
+    page.wait_for_function(f"() => document.getElementById('{last}').querySelector('details').open")
+    first = page.eval_on_selector("section.appendix", "s => s.id")
+    page.goto(f"{url}#{first}", wait_until="load")  # a link from another page
+    page.wait_for_function(f"() => document.getElementById('{first}').querySelector('details').open")
+    offline.context.close()
+
+
+def test_explorers_show_their_saved_picture(crawl):
+    shown = {}
+    for name, info in notebook_pages(crawl).items():
+        nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+        explorers = sum("explore_attention(" in "".join(c["source"]) and any(
+            "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in c.get("outputs", []))
+            for c in nb["cells"])
+        shown[name] = info["explorers"]
+        assert len(info["explorers"]) == explorers, (name, explorers, info["explorers"])
+        assert all(e["width"] > 100 and e["controls"] >= 3 for e in info["explorers"]), (name, info["explorers"])
+    assert sum(len(e) for e in shown.values()) >= 8, shown
+
+
+def test_search_finds_kv_cache(served, browser):
+    base, _ = served
+    offline = Offline(browser, base)
+    page = offline.context.new_page()
+    page.goto(f"{base}notebooks/{NOTEBOOKS[0]}.html", wait_until="load")
+    page.click(".bd-sidebar-primary .search-button-field")  # as a reader does: the sidebar's search field
+    page.keyboard.type("KV cache")
+    with page.expect_navigation():
+        page.keyboard.press("Enter")
+    assert page.url == base + "search.html?q=KV+cache", page.url
+    page.wait_for_function("() => /Search finished/.test(document.body.textContent)",
+                           timeout=30_000)
+    hits = page.eval_on_selector_all("#search-results ul.search li a", "links => links.map(a => a.href)")
+    assert any("04_causal" in h for h in hits) and any("08_variants" in h for h in hits), hits
+    page.screenshot(path=str(ARTIFACTS / "search_KV_cache.png"))
+    assert not offline.foreign, offline.foreign
+    offline.context.close()
