@@ -249,6 +249,14 @@ def torch_attention_float_mask(mha, x, mask):
     return mha(x, x, x, key_padding_mask=(~mask).float(), need_weights=False)[0]  # adds 1 to padding, hides none
 
 
+def torch_attention_large_negative_mask(mha, x, mask):
+    return mha(x, x, x, key_padding_mask=(~mask).float() * -1e9, need_weights=False)[0]  # even weights when blind
+
+
+def torch_attention_not_inverted_with_weights(mha, x, mask):
+    return mha(x, x, x, key_padding_mask=mask)[0]  # two mistakes: the mask hides the real keys, need_weights=True
+
+
 SOLUTIONS = {
     "check_03_1": split_interleaved,
     "check_03_2": multi_head_attention,
@@ -295,6 +303,8 @@ WRONG = {
         (torch_attention_attn_mask, "goes in key_padding_mask"),
         (torch_attention_rows_patched, "the output is right, but its gradient has NaN"),
         (torch_attention_nan_replaced_by_bias, "the output is right, but its gradient has NaN"),
-        (torch_attention_float_mask, "a float key_padding_mask is added to the scores"),
+        (torch_attention_float_mask, "hides nothing"),
+        (torch_attention_large_negative_mask, "spread their weights evenly"),
+        (torch_attention_not_inverted_with_weights, "which has no padding: every one of its keys was hidden"),
     ],
 }

@@ -236,6 +236,7 @@ class _MhaCall(NamedTuple):
     attn_mask: bool  # given
     key_padding_mask: bool  # given
     float_padding: bool  # a float key_padding_mask that is not additive (values other than 0 and -inf)
+    large_negative: bool  # ... whose hiding values are large and negative, such as -1e9: additive in all but name
 
 
 @grader("03.3")
@@ -280,8 +281,9 @@ def check_03_3(torch_attention) -> str:
             ordinary = isinstance(padding, Tensor) and padding.layout == torch.strided and not padding.is_nested
             additive = (not ordinary or padding.device.type != "cpu" or not padding.is_floating_point()
                         or bool(((padding == 0) | (padding == float("-inf"))).all()))
+            large_negative = not additive and bool(((padding == 0) | (padding <= -1e4)).all())
             calls.append(_MhaCall(bool(a["need_weights"]), torch.is_grad_enabled(), module.training,
-                                  a["attn_mask"] is not None, padding is not None, not additive))
+                                  a["attn_mask"] is not None, padding is not None, not additive, large_negative))
 
         handle = mha.register_forward_pre_hook(record, with_kwargs=True)
         try:
@@ -300,6 +302,11 @@ def check_03_3(torch_attention) -> str:
         nan_rows = got.detach().isnan().any(dim=-1)  # (B, S)
         if bool(nan_rows.any()):
             where = f"sequence {int(nan_rows.any(-1).nonzero()[0])} (lengths {lengths})"
+            if bool((nan_rows.any(-1) & mask.all(-1)).any()):  # NaN where every key is real: all of them were hidden
+                full = int((nan_rows.any(-1) & mask.all(-1)).nonzero()[0])
+                raise Hint(f"the output has NaN in sequence {full} (lengths {lengths}), which has no padding: every "
+                           "one of its keys was hidden. key_padding_mask is True where a key must be ignored, the "
+                           "opposite of our mask (True = real token): pass key_padding_mask=~mask.")
             if any(c.need_weights for c in calls):
                 raise Hint(f"the output has NaN in {where}: with need_weights=True, its default, "
                            "nn.MultiheadAttention computes the weights too, and a query that sees no key (a sequence "
@@ -313,6 +320,12 @@ def check_03_3(torch_attention) -> str:
         if close(got, expected):
             gradients.append((got, [leaf, *weights], expected_grads, probe, any(c.need_weights for c in calls)))
             continue
+        if any(c.large_negative for c in calls):
+            raise Hint("a float key_padding_mask is added to the scores: -1e9 hides the padding keys of a sequence "
+                       "with real tokens, but in a sequence of only padding every key gets the same -1e9, so its "
+                       "queries spread their weights evenly over the padding instead of seeing no key (our layer: "
+                       "zero weights, Wo's bias). Pass the bool mask, True = ignore: key_padding_mask=~mask, with "
+                       "need_weights=False.")
         if any(c.float_padding for c in calls):
             raise Hint("a float key_padding_mask is added to the scores (0 keeps a key, -inf hides it), so a mask of "
                        "0s and 1s such as (~mask).float() hides nothing, it only raises the padding keys' scores by "
