@@ -7,6 +7,7 @@ small (images, at most MAX_LINES lines); the picture exports as a standalone pag
 import base64
 import importlib.util
 import io
+import json
 import re
 
 import numpy as np
@@ -204,8 +205,11 @@ def test_a_picture_of_many_cells_is_an_image_of_the_same_colours():
 def test_the_picture_exports_as_a_standalone_page_and_as_images(tmp_path):
     att = attentions(2, 3, 5)
     page = head_view(att, "a b c d e", html_action="return").data
-    assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "<style>" in page
-    assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
+    assert page.startswith("<!DOCTYPE html>") and "<style>" in page and page.count("<script") == 2  # data, code
+    assert " src=" not in page and not re.search(r"https?://(?!www.w3.org/2000/svg)", page)  # nothing to load
+    data = json.loads(re.search(r'id="attn-data">(.*?)</script>', page).group(1))
+    assert data["layers"] == [0, 1] and data["queries"] == list("abcde") and data["start"]["view"] == "lines"
+    assert torch.equal(torch.tensor(data["weights"]).view(2, 3, 5, 5), torch.cat(att))  # every float32 as it was
     ex = explore_attention(attentions=att, tokens="a b c d e")
     assert ex.save_html(tmp_path / "page.html").read_text() == ex.html()
     svg = ex.save_image(tmp_path / "picture.svg").read_text()

@@ -245,11 +245,15 @@ class _Display:
         return view
 
     def html(self) -> str:
-        """The current picture as one standalone HTML page: its styles inline, no script, nothing from the network;
-        hovering a cell or a token works as in the notebook (CSS), the controls stay in the notebook."""
-        title = html.escape(f"attention: {self._attrs.get('kind', '')}, {self._attrs.get('view', '')}")
-        return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title></head>\n'
-                f"<body>{self.picture.value}</body></html>\n")
+        """One standalone HTML page of the current kind (`page.page_html`): every layer's weights as the explorer
+        computes them now, and a small script that draws one head as a table or as lines, with controls for the
+        layer, the head and those two views, hover included; its styles inline, nothing from the network."""
+        from attention_lib.viz.page import page_html
+
+        c = self.controls
+        views = [self.compute(layer=i) for i in range(len(self.stacks[c["kind"].value]))]  # the current kind's layers
+        start = {"layer": c["layer"].value, "head": c["head"].value, "view": "lines" * (c["view"].value == "lines") or "weights"}
+        return page_html(views, start)
 
     def save_html(self, path) -> Path:
         """Write `html()` to path (a str or Path); returns the Path."""
