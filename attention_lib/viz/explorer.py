@@ -225,6 +225,8 @@ class _Display:
     def redraw(self) -> AttentionView | None:
         """Recompute for the current controls and show the picture. Input it cannot show leaves the last picture,
         faded, under a one-line message saying what is wrong; it never raises (it runs in widget callbacks)."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # a picture's tensor ops are small: on a busy machine their threads wait for a core
         try:
             view, body = self._picture({name: control.value for name, control in self.controls.items()})
         except Exception as error:
@@ -233,6 +235,8 @@ class _Display:
                                   "The picture is from the last input that worked.</div>")
             self._show(None)
             return None
+        finally:
+            torch.set_num_threads(threads)
         c, self.renders, self.message.value = self.controls, self.renders + 1, ""
         self._attrs = {"kind": view.kind, "view": c["view"].value, "layer": view.layer_index, "head": view.head,
                        "layer-b": c["layer_b"].value, "head-b": c["head_b"].value, "seq-len": len(view.query_tokens),
