@@ -19,9 +19,9 @@ from attention_lib import BidirectionalAttention
 from attention_lib.viz import explore_attention, head_view, model_view
 from attention_lib.viz.recorded import RecordedAttention, check_attention
 from attention_lib.viz.style import hex_colours, weights_norm
-from attention_lib.viz.svg import MAX_LINES, RASTER_CELLS
+from attention_lib.viz.svg import HEAD_COLOURS, MAX_LINES, RASTER_CELLS
 
-VIEWS = ("weights", "all heads", "lines", "compare")
+VIEWS = ("weights", "all heads", "lines", "overlay", "compare")
 
 
 def attentions(L: int, NH: int, S: int, S_kv: int | None = None, *, causal: bool = False, seed: int = 0, scale=2.0):
@@ -77,6 +77,23 @@ def test_a_decoders_weights_are_shown_causal_and_a_temperature_is_exact():
     assert torch.allclose(ex.compute(temperature=T).weights, (att[0][0].log() / T).softmax(-1), atol=1e-6)
     with pytest.raises(ValueError, match="keys this kind's mask hides"):  # an encoder's weights are not causal
         RecordedAttention(attentions(1, 2, 4)[0][0])(torch.zeros(1, 4, 2), mask=torch.ones(4, 4).bool().tril()[None])
+
+
+def test_the_overlay_draws_the_chosen_heads_each_in_its_colour_and_every_head_by_default():
+    att = attentions(1, 4, 6, seed=8)
+    ex = head_view(att, "a b c d e f", heads=[1, 3])
+    ex.set(view="overlay")
+    assert ex.message.value == "" and ex.controls["head"].layout.display == "none"
+    lines = re.findall(r'<line [^>]*stroke="(#[0-9a-f]{6})" stroke-opacity="([0-9.]+)"', ex.picture.value)
+    for h in (1, 3):  # each head: its weights at least 2 % of its largest, each line twice (by query, by key)
+        w = att[0][0, h]
+        mine = [float(opacity) for colour, opacity in lines if colour == HEAD_COLOURS[h]]
+        assert len(mine) == 2 * int((w / w.max() >= 0.02).sum()) and max(mine) == 1.0
+    assert {colour for colour, _ in lines} == {HEAD_COLOURS[1], HEAD_COLOURS[3]}
+    assert ">head 1</text>" in ex.picture.value and ">head 3</text>" in ex.picture.value  # the legend
+    every = explore_attention(attentions=att, tokens="a b c d e f", view="overlay")
+    drawn = set(re.findall(r'<line [^>]*stroke="(#[0-9a-f]{6})" stroke-opacity', every.picture.value))
+    assert drawn == set(HEAD_COLOURS[:4])
 
 
 def test_an_encoder_decoders_three_attentions_and_their_tokens():

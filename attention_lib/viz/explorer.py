@@ -16,7 +16,7 @@ from torch import nn
 from ..bidirectional import BidirectionalAttention
 from .plots import plot_heads, plot_view
 from .style import BIAS_LABEL, shows_mask, weights_norm
-from .svg import CSS, heads_svg, lines_svg, table_svg
+from .svg import CSS, heads_svg, lines_svg, overlay_svg, table_svg
 from attention_lib.viz.views import (
     KINDS,
     AttentionView,
@@ -27,7 +27,7 @@ from attention_lib.viz.views import (
     check_temperature,
 )
 
-VIEWS = ("weights", "all heads", "lines", "compare")
+VIEWS = ("weights", "all heads", "lines", "overlay", "compare")
 TEMPERATURES = (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 10.0)
 ROWS = (("kind", "layer", "head", "layer_b", "head_b"), ("view",), ("tokens",), ("context_tokens",),
         ("pad", "pad_side", "temperature"))  # the controls, row by row
@@ -73,7 +73,7 @@ def _controls(kinds: Sequence[str], kind: str, view: str, tokens: str, context: 
     return {
         "kind": widgets.Dropdown(options=[(kind_labels[k], k) for k in kinds] if kind_labels else list(kinds), value=kind, description="kind", **look("240px")),
         "layer": choice("layer"), "head": choice("head"), "layer_b": choice("B: layer"), "head_b": choice("B: head"),
-        "view": widgets.ToggleButtons(options=list(VIEWS), value=view, description="view", **look("520px", "flex", button_width="80px")),
+        "view": widgets.ToggleButtons(options=list(VIEWS), value=view, description="view", **look("600px", "flex", button_width="80px")),
         "tokens": widgets.Text(value=tokens, description="tokens", **lazy, **look("600px")),
         "context_tokens": widgets.Text(value=context, description="context", **lazy, **look("600px")),
         "pad": widgets.IntSlider(value=0, min=0, max=0, description="padding", **lazy, **look("280px")),
@@ -151,7 +151,7 @@ class _Controls:
         except Exception:  # the message under the controls will say what is wrong with the text
             typed = 0
         c["pad"].max = max(0, self.max_len - typed)
-        shown = {"layer": len(stack) > 1, "head": len(c["head"].options) > 1 and view != "all heads",
+        shown = {"layer": len(stack) > 1, "head": len(c["head"].options) > 1 and view not in ("all heads", "overlay"),
                  "layer_b": len(stack) > 1 and view == "compare", "head_b": view == "compare",
                  "context_tokens": box == "context_tokens", "pad": c["pad"].max > 0, "pad_side": c["pad"].value > 0}
         for name, visible in shown.items():  # toggle buttons need "flex" to keep their label beside the buttons
@@ -199,6 +199,10 @@ class _Pictures:
             title += f" · layer {view.layer_index}" * (view.num_layers > 1)
             return view, heads_svg(view.weights, view.mask, q, k, weights_norm(view.weights), view.head, title,
                                    groups=view.groups)
+        if values["view"] == "overlay":  # several heads' lines, one colour each (bertviz's head view)
+            heads = [h for h in self.overlay_heads if h < len(view.weights)] or range(len(view.weights))
+            title += f" · layer {view.layer_index}" * (view.num_layers > 1)
+            return view, overlay_svg(view.weights, view.mask, q, k, list(heads), title)
         if values["view"] == "lines":
             return view, lines_svg(view.head_weights, view.mask, q, k, weights_norm(view.head_weights), f"{title} · {view.name()}")
         if values["view"] == "compare":
@@ -213,7 +217,7 @@ class _Pictures:
     def plot(self):
         """The current picture, static (matplotlib): every head in the "all heads" view, else the selected head."""
         view = self.compute()
-        if self.controls["view"].value == "all heads":
+        if self.controls["view"].value in ("all heads", "overlay"):
             return plot_heads(view.weights[None], view.query_tokens, view.key_tokens, mask=view.mask[None], groups=view.groups)
         return plot_view(view)
 
@@ -381,19 +385,23 @@ class _Widget:
 class AttentionExplorer(_Controls, _Pictures, _Display, _Computing, _Widget):
     """An ipywidgets explorer of masks and attention weights that runs real layers of attention_lib.
 
-    layer: the layer of the self-attention kinds, or a list of layers (a model's stack: a layer selector appears);
-    cross_layer: the same for "cross"; without them, seeded random layers (hidden_size, num_heads, seed). kinds: names
-    in KINDS. tokenize: text -> tokens (default: split on spaces). embed / context_embed: tokens -> (S, C), or
-    (num_layers, S, C) for a stack (default `word_vectors`). The tokens set S, padding adds [PAD] tokens, at most
-    max_len. Start values as keywords: kind, view, layer, head, layer_b, head_b, pad, pad_side, temperature (seq_len
-    and kv_len are accepted when they equal the lengths the tokens give). Show it as a cell's last expression."""
+    layer: the layer of the self-attention kinds, or a list of layers (a model's stack: a layer selector appears), or
+    a dict {kind: layer or list} (recorded weights: `attention_lib.viz.recorded`); cross_layer: the same for "cross";
+    without them, seeded random layers (hidden_size, num_heads, seed). Both are positional: `layer=2` is the layer to
+    start on. kinds: names in KINDS; kind_labels: what the kind menu calls them; context_kinds: self-attention kinds
+    whose tokens are the context box's (an encoder's). tokens / context_tokens: a string or a list of str. tokenize:
+    text -> tokens (default: split on spaces). embed / context_embed: tokens -> (S, C), or (num_layers, S, C) for a
+    stack (default `word_vectors`). The tokens set S, padding adds [PAD] tokens, at most max_len. overlay_heads: the
+    heads of the overlay view (default every head). Start values as keywords: kind, view, layer, head, layer_b, head_b,
+    pad, pad_side, temperature (seq_len and kv_len are accepted when they equal the lengths the tokens give). Show it
+    as a cell's last expression."""
 
     def __init__(self, layer=None, cross_layer=None, /, *, kinds: Sequence[str] = ("bidirectional", "causal", "cross"),
                  kind: str | None = None, view: str = "weights", tokens: str | Sequence[str] = "the cat sat on",
                  context_tokens: str | Sequence[str] = "le chat est assis sur le tapis", tokenize: Callable | None = None,
                  embed: Callable | None = None, context_embed: Callable | None = None, hidden_size: int = 32,
                  num_heads: int = 4, max_len: int = 16, seed: int = 0, kind_labels: dict[str, str] | None = None,
-                 context_kinds: Sequence[str] = (), **start):
+                 context_kinds: Sequence[str] = (), overlay_heads: Sequence[int] = (), **start):
         if not kinds or any(k not in KINDS for k in kinds):
             raise ValueError(f"kinds must name one or more of {tuple(KINDS)}, got {kinds}")
         if isinstance(start.get("layer"), nn.Module | list | tuple | dict) and layer is None:
@@ -401,6 +409,7 @@ class AttentionExplorer(_Controls, _Pictures, _Display, _Computing, _Widget):
         tokens, context_tokens, tokenize = _token_lists(tokens, context_tokens, tokenize or str.split)
         self.stacks, self.tokenize, self.max_len = _stacks(layer, cross_layer, kinds, hidden_size, num_heads, max_len, seed), tokenize, max_len
         self.context_kinds = tuple(context_kinds)  # self-attention kinds whose tokens are the context's (an encoder's)
+        self.overlay_heads = tuple(overlay_heads)  # the heads the overlay view draws (none given: every head)
         self.embed, self.context_embed, self._run = _memo(embed), _memo(context_embed), functools.lru_cache(64)(self._compute)
         self._body, self._attrs, self._quiet, self.renders = "", {}, False, 0
         lengths = {name: start.pop(name) for name in ("seq_len", "kv_len") if name in start}

@@ -177,8 +177,8 @@ def explore_recorded(model=None, *, attentions=None, attention=None, tokens=None
                      heads: Sequence[int] | None = None, **start):
     """An explorer of recorded weights (`recorded_stacks` for the arguments; `attentions` is `attention`'s other
     name), or of a Hugging Face model's weights on the sentence `tokens` (with `tokenizer`). bertviz's meanings:
-    `layer`, the model's number of the layer to open on (one of include_layers); `heads`, the heads to open on
-    (the first is shown). Other keywords go to AttentionExplorer (view, head, temperature, ...)."""
+    `layer`, the model's number of the layer to open on (one of include_layers); `heads`, the heads the overlay
+    view draws (the other views open on the first). Other keywords go to AttentionExplorer (view, head, temperature, ...)."""
     from attention_lib.viz.explorer import AttentionExplorer
 
     if attentions is not None and attention is not None:
@@ -203,7 +203,7 @@ def explore_recorded(model=None, *, attentions=None, attention=None, tokens=None
         NH = next(iter(recorded["stacks"].values()))[0].num_heads
         if isinstance(heads, int | str) or not heads or any(isinstance(h, bool) or not isinstance(h, int) or not 0 <= h < NH for h in heads):
             raise ValueError(f"heads must list heads in [0, NH={NH}), got {heads!r}")
-        start["head"] = heads[0]
+        start["head"], start["overlay_heads"] = heads[0], tuple(heads)
     S = max(len(recorded["tokens"]), len(recorded["context_tokens"]))
     stacks = recorded.pop("stacks")
     return AttentionExplorer(stacks, max_len=S, **recorded, **start)

@@ -43,8 +43,8 @@ def _key_labels(x0: float, y: float, cell: float, keys: Sequence[str], cls: str 
     return "".join(f'{start}{x0 + (j + 0.5) * cell + 4:.1f},{y:.1f}) rotate(-90)">{_esc(k)}</text>' for j, k in enumerate(keys))
 
 # %% auto #0
-__all__ = ['FONT', 'SMALL', 'MAX_LINES', 'RASTER_CELLS', 'CSS', 'Panel', 'svg', 'colour_bar', 'raster', 'cells', 'legend',
-           'table_svg', 'heads_svg', 'lines_svg', 'show_svg']
+__all__ = ['FONT', 'SMALL', 'MAX_LINES', 'RASTER_CELLS', 'CSS', 'Panel', 'HEAD_COLOURS', 'svg', 'colour_bar', 'raster', 'cells',
+           'legend', 'table_svg', 'heads_svg', 'lines_svg', 'overlay_svg', 'show_svg']
 
 # %% ../../notebooks/06_visualisation.ipynb #351189de
 def svg(width: float, height: float, body: str, cls: str = "") -> str:
@@ -221,6 +221,54 @@ def lines_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seque
                                                          _text(x_k, top - 8, "keys (S_kv)", "small")]
     body += [f'<g class="by-k">{by_k}</g><g class="by-q">{by_q}</g>', colour_bar(k_end + margin + 12, top, height, norm)]
     return svg(k_end + margin + 76, top + height + 12, "".join(body), "attn-lines")
+
+# %% ../../notebooks/06_visualisation.ipynb #c332211b
+HEAD_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                "#17becf")  # matplotlib's tab10: head h draws in HEAD_COLOURS[h % 10]
+
+
+def overlay_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Sequence[str], heads: Sequence[int],
+                title: str = "") -> str:
+    """bertviz's head view of several heads at once, weights (NH, S, S_kv): the lines of each head in `heads` in its
+    own colour (HEAD_COLOURS, in the legend), more opaque and wider the larger the weight on that head's own scale
+    (0 to its largest weight shown); per head, a weight below 2 % of its largest gets no line and each query keeps
+    its MAX_LINES // (S · len(heads)) strongest. Hovering a token keeps only its lines, as in `lines_svg`."""
+    NH, S, S_kv = weights.shape
+    k = max(1, MAX_LINES // (S * len(heads)))  # lines per query and head
+    drawn, shown, cut = [], mask.flatten().tolist(), False  # drawn: (weight, head, n = i * S_kv + j, level)
+    for h in heads:
+        w, level = weights[h].flatten().tolist(), levels(weights[h], style.weights_norm(weights[h][mask])).tolist()
+        for i in range(S):
+            row = sorted((n for n in range(i * S_kv, (i + 1) * S_kv) if shown[n] and level[n] >= 0.02), key=w.__getitem__)
+            cut |= len(row) > k
+            drawn += [(w[n], h, n, level[n]) for n in row[-k:]]
+    drawn.sort()  # strong on top
+    if cut:
+        title += f" · lines: each query's {k} strongest per head"
+    pitch, x_q = 22, 8 + max(map(_width, queries))
+    x_k, top = x_q + 260, (26 if title else 6) + 20
+
+    def y(row: int) -> float:
+        return top + (row + 0.5) * pitch
+
+    def group(x: float, row: int, label: str, anchor: str, lines: list) -> str:
+        left = x - _width(label) if anchor == "end" else x
+        parts = [f'<rect x="{left:.1f}" y="{y(row) - 11:.1f}" width="{_width(label)}" height="20" fill="transparent"/>',
+                 _text(x, y(row) + 4, label, "tok", anchor)]
+        parts += [f'<line x1="{x_q + 6}" y1="{y(n // S_kv):.1f}" x2="{x_k - 6}" y2="{y(n % S_kv):.1f}" '
+                  f'stroke="{HEAD_COLOURS[h % 10]}" stroke-opacity="{0.2 + 0.8 * level:.2f}" stroke-width="{1 + 3 * level:.1f}"/>'
+                  for _, h, n, level in lines]
+        return f"<g>{''.join(parts)}</g>"
+
+    by_k = "".join(group(x_k, j, t, "start", [d for d in drawn if d[2] % S_kv == j]) for j, t in enumerate(keys))
+    by_q = "".join(group(x_q, i, t, "end", [d for d in drawn if d[2] // S_kv == i]) for i, t in enumerate(queries))
+    height = max(max(S, S_kv) * pitch, 120)
+    body = [_text(4, 16, title, "title")] * bool(title) + [_text(x_q, top - 8, "queries (S)", "small", "end"),
+                                                         _text(x_k, top - 8, "keys (S_kv)", "small")]
+    body += [f'<g class="by-k">{by_k}</g><g class="by-q">{by_q}</g>',
+             legend(8, top + height + 18, [(HEAD_COLOURS[h % 10], f"head {h}") for h in heads])]
+    width = max(x_k + max(map(_width, keys)) + 20, 8 + sum(30 + _width(f"head {h}") for h in heads))
+    return svg(width, top + height + 30, "".join(body), "attn-lines attn-overlay")
 
 # %% ../../notebooks/06_visualisation.ipynb #5e0c2a7d
 def show_svg(picture: str) -> None:
