@@ -238,7 +238,7 @@ def test_every_view_in_jupyterlab_and_notebook_7(tmp_path):
             recorded_weights(open_notebook(browser, lab, "recorded.ipynb", ui="notebooks", page=reader.page),
                              "notebook7-recorded")
             reader.page.close()
-            reader.page = open_notebook(browser, lab, "recorded.ipynb")  # a page of its own: one explorer in it
+            reader.page = open_notebook(browser, lab, "recorded.ipynb", workspace="recorded")  # one explorer in it
             recorded_weights(reader.page, "lab-recorded")
         except BaseException:
             reader.page.screenshot(path=str(ARTIFACTS / "browser-failure.png"), full_page=True)
