@@ -111,7 +111,7 @@ def test_an_encoder_decoders_three_attentions_and_their_tokens():
             assert torch.equal(view.weights, weights[layer][0])
             assert (view.query_tokens, view.key_tokens) == (queries, keys)
         ex.set(kind=kind, view="lines")
-        assert ex.message.value == ""
+        assert ex.message.value == "" and ex.controls["pad"].layout.display == "none"  # no padding to offer
     only_cross = head_view(cross_attention=cross, encoder_tokens=src, decoder_tokens=tgt)
     assert torch.equal(only_cross.compute().weights, cross[0][0])
 

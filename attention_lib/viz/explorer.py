@@ -150,7 +150,8 @@ class _Controls:
             typed = len(self.tokenize(c[box].value))
         except Exception:  # the message under the controls will say what is wrong with the text
             typed = 0
-        c["pad"].max = max(0, self.max_len - typed)
+        fixed = getattr(stack[0], "fixed_tokens", False)  # recorded weights: the tokens they were recorded on, no padding
+        c["pad"].max = 0 if fixed else max(0, self.max_len - typed)
         shown = {"layer": len(stack) > 1, "head": len(c["head"].options) > 1 and view not in ("all heads", "overlay"),
                  "layer_b": len(stack) > 1 and view == "compare", "head_b": view == "compare",
                  "context_tokens": box == "context_tokens", "pad": c["pad"].max > 0, "pad_side": c["pad"].value > 0}

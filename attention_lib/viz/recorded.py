@@ -21,6 +21,7 @@ class RecordedAttention(nn.Module):
     would give, since the scores are log w up to a constant per row."""
 
     applies_temperature = True  # score_temperature sets `temperature` instead of dividing the queries
+    fixed_tokens = True  # the explorer offers no padding: the weights hold the tokens they were recorded on
 
     def __init__(self, weights: Tensor, layer_number: int = 0):
         super().__init__()
