@@ -15,6 +15,12 @@ random layers and 12 tokens. Each control is changed `repeats` times as a reader
 toggle button, a slider step with the keyboard, a sentence typed and Enter), and each change is timed in the page from
 the input event to the first animation frame after the new picture reached the page.
 
+Long inputs: recorded weights (`explore_attention(attentions=...)`, seeded random softmax weights, 12 heads, 2
+layers) at S = 64 and S = 512. Python: the time to open the explorer (its first picture drawn), each view's HTML size
+and a head change in each view. Browser: a notebook per length, each in a JupyterLab of its own; the time from "run
+all" to the first picture painted (the kernel's start excluded: it runs after the kernel is idle; the import of torch
+and attention_lib included) and a head change in the weights and lines views, timed as above.
+
 Times are medians with the 25th-75th percentiles and the maximum, in milliseconds; the environment is printed first.
 """
 
@@ -110,6 +116,41 @@ def python_part(repeats: int) -> list[str]:
     return lines
 
 
+LONG = (64, 512)  # S of the long-input rows: BERT's maximum last
+LONG_SOURCE = """import torch
+from attention_lib.viz import explore_attention
+
+g = torch.Generator().manual_seed(0)
+attentions = tuple((torch.randn(1, 12, {S}, {S}, generator=g) * 2).softmax(-1) for _ in range(2))  # 2 x (1, NH, S, S)
+explorer = explore_attention(attentions=attentions, tokens=[f"t{{i}}" for i in range({S})])
+explorer"""
+
+
+def long_explorer(S: int):
+    """The explorer of recorded weights the long-input rows time: 2 layers, 12 heads, S tokens (as LONG_SOURCE)."""
+    namespace: dict = {}
+    exec(LONG_SOURCE.format(S=S).rsplit("\n", 1)[0], namespace)  # the notebook's cell without its display line
+    return namespace["explorer"]
+
+
+def python_long(repeats: int) -> list[str]:
+    lines = ["Python: recorded weights, 12 heads, 2 layers: open (first picture drawn), each view's HTML and a head "
+             "change (ms)"]
+    for S in LONG:
+        opened = []
+        for _ in range(3):
+            started = time.perf_counter()
+            explorer = long_explorer(S)
+            opened.append((time.perf_counter() - started) * 1000)
+        lines.append(f"  S = {S:3d}  open                        {summary(opened)}")
+        for view in ("weights", "all heads", "lines", "compare"):
+            explorer.set(view=view, head=0)
+            size = len(explorer.picture.value.encode()) / 1e6
+            times = time_python(explorer, {"head": 1}, {"head": 2}, max(4, repeats // (1 + 3 * (S > 64))), False)
+            lines.append(f"  S = {S:3d}  {view:9s}  {size:5.2f} MB  head  {summary(times)}")
+    return lines
+
+
 def minilm_explorer():
     """MiniLM's six layers in the explorer, as notebook 06 builds them (raises ImportError without the model)."""
     import torch
@@ -192,6 +233,31 @@ def browser_part(repeats: int) -> list[str]:
     return lines + [f"  {'every change':28s} {summary(every)}   ({len(every)} changes)"]
 
 
+def browser_long(repeats: int) -> list[str]:
+    from browser import act, choose, chromium, jupyter_lab, open_notebook, press, wait_for_picture
+
+    lines = ["Browser: recorded weights, 12 heads, JupyterLab + Chromium: run all to the first picture painted, and a "
+             "head change (ms)"]
+    for S in LONG:  # a server of its own per length: JupyterLab reopens the notebooks of its last session
+        notebook = {"long.ipynb": LONG_SOURCE.format(S=S)}
+        with tempfile.TemporaryDirectory() as tmp, jupyter_lab(Path(tmp), notebook) as lab:
+            with chromium() as browser:
+                page = open_notebook(browser, lab, "long.ipynb")
+                started = time.perf_counter()  # "run all" was clicked just before
+                wait_for_picture(page, lambda s: s["view"] == "weights", timeout=300)
+                lines.append(f"  S = {S:3d}  open (run all to painted)   {(time.perf_counter() - started) * 1000:7.1f}")
+                count = max(4, repeats // (1 + 3 * (S > 64)))  # fewer changes at S = 512, where each takes longer
+                for view in ("weights", "lines"):  # it opens on the weights
+                    if view != "weights":
+                        act(page, lambda page=page, view=view: press(page, "view", view),
+                            lambda s, view=view: s["view"] == view, timeout=120)
+                    times = [act(page, lambda page=page, i=i: choose(page, "head", "12"[i % 2]),
+                                 lambda s: s["stale"] == "0", timeout=120)["latency_ms"] for i in range(count)]
+                    lines.append(f"  S = {S:3d}  {view:9s} head (dropdown)   {summary(times)}")
+                print(*lines[-3:], sep="\n", flush=True)
+    return lines
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=20, help="changes per row (default 20)")
@@ -200,7 +266,7 @@ def main() -> int:
     args = parser.parse_args()
     lines = ["`make bench-explorer`: the attention explorer's redraw times", *environment(), ""]
     print("\n".join(lines), flush=True)
-    for part in [python_part] + ([] if args.no_browser else [browser_part]):
+    for part in [python_part, python_long] + ([] if args.no_browser else [browser_part, browser_long]):
         new = part(args.repeats) + [""]
         print("\n".join(new), flush=True)
         lines += new

@@ -109,6 +109,11 @@ class Lab:
         kernels = _get_json(self.url("api/kernels"))
         return bool(kernels) and all(k["execution_state"] == "idle" for k in kernels)
 
+    def notebook_idle(self, name: str) -> bool:
+        """Whether the notebook `name` has a kernel of its own and it is idle (another notebook's does not count)."""
+        sessions = [s for s in _get_json(self.url("api/sessions")) if s.get("path", "").endswith(name)]
+        return bool(sessions) and all((s.get("kernel") or {}).get("execution_state") == "idle" for s in sessions)
+
 
 def _get_json(url: str):
     with urllib.request.urlopen(url, timeout=5) as response:
@@ -197,12 +202,14 @@ def chromium():
             browser.close()
 
 
-def open_notebook(browser, lab: Lab, name: str, ui: str = "lab", page=None):
-    """Open the notebook in JupyterLab (ui="lab") or Notebook 7 (ui="notebooks"), run all its cells."""
+def open_notebook(browser, lab: Lab, name: str, ui: str = "lab", page=None, workspace: str | None = None):
+    """Open the notebook in JupyterLab (ui="lab") or Notebook 7 (ui="notebooks"), run all its cells. workspace: a
+    JupyterLab workspace of that name, which opens this notebook alone (the default one reopens the last session's)."""
     page = page or browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.goto(lab.url(f"lab/tree/{name}" if ui == "lab" else f"notebooks/{name}"))
+    lab_path = f"lab/workspaces/{workspace}/tree/{name}" if workspace else f"lab/tree/{name}"
+    page.goto(lab.url(lab_path if ui == "lab" else f"notebooks/{name}"))
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    wait_until("the kernel to start and be idle", lab.kernels_idle, timeout=60, interval=0.25)
+    wait_until("the notebook's kernel to start and be idle", lambda: lab.notebook_idle(name), timeout=60, interval=0.25)
     page.evaluate(TIMING)
     page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
     page.locator("li.lm-Menu-item[data-command='runmenu:run-all']").click()

@@ -10,6 +10,8 @@ are visible; it switches once to a kind registered by notebook 08 (sliding windo
 leave a message and the last picture, faded. In Notebook 7 it runs the notebook again and drives every view there
 too, each checked against the picture drawn in this process: the layer and the head in the single-head view, the
 compare view with head B in another layer, and cross attention in the lines (hover included) and all-heads views.
+Then recorded weights, bertviz's route: `head_view` on an encoder-decoder's three attentions, in JupyterLab and in
+Notebook 7, each picture checked against this process's and the weights table cell by cell against the tensors.
 Each change's latency (from the input event to the painted picture) goes to test-artifacts/browser-latency.json,
 screenshots to test-artifacts/ (a record, not a timed test: the benchmark is benchmarks/explorer.py).
 
@@ -58,6 +60,24 @@ VISIBLE_LINES = """() => {
           values: Array.from(document.querySelectorAll('.attn-lines .val')).filter(
             (t) => getComputedStyle(t).visibility === 'visible').length};
 }"""
+
+
+RECORDED = """import torch
+from attention_lib.viz import head_view
+
+g = torch.Generator().manual_seed(0)
+enc, dec, cross = ([(torch.randn(1, 4, S, S_kv, generator=g) * 2 + mask).softmax(-1) for _ in range(2)]
+                   for S, S_kv, mask in ((7, 7, 0), (5, 5, torch.full((5, 5), -torch.inf).triu(1)), (5, 7, 0)))
+explorer = head_view(encoder_attention=enc, decoder_attention=dec, cross_attention=cross,
+                     encoder_tokens="le chat dort sur le tapis .", decoder_tokens="the cat sleeps . </s>")"""
+
+
+def recorded(**settings):
+    """The recorded-weights explorer of RECORDED in this process, set as given: (explorer, its namespace)."""
+    namespace: dict = {}
+    exec(RECORDED, namespace)
+    namespace["explorer"].set(**settings)
+    return namespace["explorer"], namespace
 
 
 def expected_digest(**settings) -> str:
@@ -179,15 +199,47 @@ def in_notebook_7(reader: Reader, start: dict) -> None:
     assert state["kvLen"] == "7"
 
 
+def recorded_weights(page, shot: str) -> None:
+    """head_view's explorer: opens on the encoder's lines; the head, the kind (by its label), the layer and the view
+    change it, each picture the one this process draws; the weights table holds the tensors' numbers."""
+    def check(state: dict, **settings) -> None:
+        explorer, _ = recorded(**settings)
+        assert state["stale"] == "0" and state["message"] == "" and state["digest"] == explorer._attrs["digest"]
+        explorer.close()
+
+    check(wait_for_picture(page, lambda s: s["view"] == "lines" and s["kind"] == "bidirectional"))
+    check(act(page, lambda: choose(page, "head", "2"), lambda s: s["head"] == "2"), head=2)
+    check_lines_hover(page, f"{shot}-encoder-lines")
+    base = {"head": 2, "kind": "cross"}
+    check(act(page, lambda: choose(page, "kind", "cross (decoder → encoder)"), lambda s: s["kind"] == "cross"), **base)
+    check(act(page, lambda: choose(page, "layer", "1"), lambda s: s["layer"] == "1"), **base, layer=1)
+    state = act(page, lambda: press(page, "view", "weights"), lambda s: s["view"] == "weights")
+    check(state, **base, layer=1, view="weights")
+    assert (state["seqLen"], state["kvLen"]) == ("5", "7")
+    _, namespace = recorded()
+    titles = page.locator(".attn-picture rect.cell title").all_text_contents()
+    expected = [round(float(w), 3) for w in namespace["cross"][1][0, 2].flatten()]  # layer 1, head 2
+    assert [float(t.split(": ")[1]) for t in titles] == expected
+    check(act(page, lambda: choose(page, "kind", "decoder"), lambda s: s["kind"] == "causal"),
+          **{**base, "kind": "causal"}, layer=1, view="weights")
+    page.locator(".attn-explorer").screenshot(path=str(ARTIFACTS / f"{shot}-decoder-weights.png"))
+
+
 def test_every_view_in_jupyterlab_and_notebook_7(tmp_path):
     need_browser(pytest)
     ARTIFACTS.mkdir(exist_ok=True)
-    with jupyter_lab(tmp_path, {"explorer.ipynb": SOURCE}) as lab, chromium() as browser:
+    notebooks = {"explorer.ipynb": SOURCE, "recorded.ipynb": RECORDED + "\nexplorer"}
+    with jupyter_lab(tmp_path, notebooks) as lab, chromium() as browser:
         reader = Reader(open_notebook(browser, lab, "explorer.ipynb"))
         try:
             start = in_jupyterlab(reader)
             open_notebook(browser, lab, "explorer.ipynb", ui="notebooks", page=reader.page)
             in_notebook_7(reader, start)
+            recorded_weights(open_notebook(browser, lab, "recorded.ipynb", ui="notebooks", page=reader.page),
+                             "notebook7-recorded")
+            reader.page.close()
+            reader.page = open_notebook(browser, lab, "recorded.ipynb", workspace="recorded")  # one explorer in it
+            recorded_weights(reader.page, "lab-recorded")
         except BaseException:
             reader.page.screenshot(path=str(ARTIFACTS / "browser-failure.png"), full_page=True)
             raise

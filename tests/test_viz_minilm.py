@@ -97,3 +97,24 @@ def test_notebook_06s_claims_hold_for_the_models_own_weights(reference, explorer
     assert entropy[0] > entropy[1:5].max() and entropy[5] > entropy[1:5].max()
     sharp = reference.amax(-1).mean((1, 2))  # (L,): a row's largest weight, on average
     assert sharp[0] < sharp[1:5].min() and sharp[5] < sharp[1:5].min()
+
+
+def test_the_bertviz_route_shows_the_models_own_weights_as_our_layers_compute_them(minilm, reference, explorer):
+    from attention_lib.viz import head_view
+
+    model, tokenizer = minilm
+    attentions = tuple(reference[:, None])  # 6 x (1, NH, S, S): what output_attentions=True returns
+    tokens = explorer.compute().query_tokens
+    recorded = head_view(attentions, tokens, layer=3, heads=[8])
+    assert (recorded.compute().layer_index, recorded.compute().head) == (3, 8)
+    for layer in range(6):
+        assert torch.equal(recorded.compute(layer=layer).weights, reference[layer])
+        assert torch.allclose(recorded.compute(layer=layer).weights, explorer.compute(layer=layer).weights, atol=1e-5)
+    model.set_attn_implementation("sdpa")  # the model's own route: run with the eager attention, then given back
+    try:
+        direct = explore_attention(model, tokenizer=tokenizer, tokens=SENTENCE)
+        assert model.config._attn_implementation == "sdpa"
+    finally:
+        model.set_attn_implementation("eager")
+    assert direct.compute().query_tokens == tokens
+    assert all(torch.allclose(direct.compute(layer=n).weights, reference[n], atol=1e-6) for n in range(6))

@@ -23,24 +23,27 @@ A 1-D mask is one padding row; 3-D and 4-D masks are read like the scores.
 Modules: style (the rule), plots (matplotlib: plot_mask, plot_weights, plot_heads, plot_cross_attention, plot_view),
 svg (the browser's pictures: tables, all heads, lines; show_svg shows one as a notebook cell's output), views (what a
 layer did: KINDS, register_kind, attention_view; the kinds of GroupedQueryAttention: sliding window, ALiBi,
-grouped-query), explorer (explore_attention, AttentionExplorer).
+grouped-query), explorer (explore_attention, AttentionExplorer), recorded (a model's recorded weights in the explorer,
+as bertviz takes them: head_view, model_view, explore_attention(attentions=..., tokens=...)).
 """
 
 from __future__ import annotations
 
 from .explorer import AttentionExplorer, explore_attention  # noqa: F401 (the package's names)
 from .plots import plot_cross_attention, plot_heads, plot_mask, plot_view, plot_weights  # noqa: F401
+from .recorded import head_view, model_view  # noqa: F401
 from .style import BIAS_CMAP, MASK_CMAP, WEIGHTS_CMAP, shows_mask, weights_norm, writes_values  # noqa: F401
 from .svg import show_svg  # noqa: F401
 from .views import KINDS, AttentionView, attention_view, register_kind, score_temperature, word_vectors  # noqa: F401
 
 # nbdev's directive: these names are imported, not defined here, so nbdev lists them in the __all__ it writes only
 # when they are named in `_all_`
-_all_ = ["AttentionExplorer", "explore_attention", "plot_cross_attention", "plot_heads", "plot_mask", "plot_view",
+_all_ = ["AttentionExplorer", "explore_attention", "head_view", "model_view", "plot_cross_attention", "plot_heads", "plot_mask", "plot_view",
          "plot_weights", "BIAS_CMAP", "MASK_CMAP", "WEIGHTS_CMAP", "shows_mask", "weights_norm", "writes_values", "KINDS",
          "AttentionView", "attention_view", "register_kind", "score_temperature", "word_vectors", "show_svg"]
 
 # %% auto #0
-__all__ = ['AttentionExplorer', 'explore_attention', 'plot_cross_attention', 'plot_heads', 'plot_mask', 'plot_view',
-           'plot_weights', 'BIAS_CMAP', 'MASK_CMAP', 'WEIGHTS_CMAP', 'shows_mask', 'weights_norm', 'writes_values',
-           'KINDS', 'AttentionView', 'attention_view', 'register_kind', 'score_temperature', 'word_vectors', 'show_svg']
+__all__ = ['AttentionExplorer', 'explore_attention', 'head_view', 'model_view', 'plot_cross_attention', 'plot_heads', 'plot_mask',
+           'plot_view', 'plot_weights', 'BIAS_CMAP', 'MASK_CMAP', 'WEIGHTS_CMAP', 'shows_mask', 'weights_norm',
+           'writes_values', 'KINDS', 'AttentionView', 'attention_view', 'register_kind', 'score_temperature',
+           'word_vectors', 'show_svg']

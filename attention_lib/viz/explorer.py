@@ -8,6 +8,7 @@ import functools
 import hashlib
 import html
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -15,7 +16,7 @@ from torch import nn
 from ..bidirectional import BidirectionalAttention
 from .plots import plot_heads, plot_view
 from .style import BIAS_LABEL, shows_mask, weights_norm
-from .svg import CSS, heads_svg, lines_svg, table_svg
+from .svg import CSS, heads_svg, lines_svg, overlay_svg, table_svg
 from attention_lib.viz.views import (
     KINDS,
     AttentionView,
@@ -26,7 +27,7 @@ from attention_lib.viz.views import (
     check_temperature,
 )
 
-VIEWS = ("weights", "all heads", "lines", "compare")
+VIEWS = ("weights", "all heads", "lines", "overlay", "compare")
 TEMPERATURES = (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 10.0)
 ROWS = (("kind", "layer", "head", "layer_b", "head_b"), ("view",), ("tokens",), ("context_tokens",),
         ("pad", "pad_side", "temperature"))  # the controls, row by row
@@ -34,11 +35,13 @@ ORDER = ("tokens", "context_tokens", "kind", "layer", "layer_b", "head", "head_b
          "temperature")  # the order in which `set` sets them: each range follows those before it
 
 
-def _options(dropdown, n: int) -> None:
-    """Options 0..n-1; changing them resets a dropdown's value, so the value is kept while it still fits."""
-    if len(dropdown.options) != n:
+def _options(dropdown, n: int, labels: Sequence | None = None) -> None:
+    """Options 0..n-1, shown as `labels` (default the numbers); changing them resets a dropdown's value, so the value
+    is kept while it still fits."""
+    options = [(str(labels[i] if labels else i), i) for i in range(n)]
+    if list(dropdown.options) != options:
         value = dropdown.value
-        dropdown.options = [(str(i), i) for i in range(n)]
+        dropdown.options = options
         dropdown.value = value if value < n else 0
 
 
@@ -53,8 +56,10 @@ def _memo(fn: Callable | None) -> Callable | None:
 __all__ = ['VIEWS', 'TEMPERATURES', 'ROWS', 'ORDER', 'AttentionExplorer', 'explore_attention']
 
 # %% ../../notebooks/06_visualisation.ipynb #fcf4e386
-def _controls(kinds: Sequence[str], kind: str, view: str, tokens: str, context: str, temperature: float) -> dict:
-    """The explorer's widgets by name. Sliders and text boxes report once, when released or on Enter."""
+def _controls(kinds: Sequence[str], kind: str, view: str, tokens: str, context: str, temperature: float,
+              kind_labels: dict[str, str] | None = None) -> dict:
+    """The explorer's widgets by name (`kind_labels`: what the kind menu calls a kind). Sliders and text boxes report
+    once, when released or on Enter."""
     import ipywidgets as widgets
 
     def look(width: str, display: str | None = None, **style) -> dict:
@@ -66,9 +71,9 @@ def _controls(kinds: Sequence[str], kind: str, view: str, tokens: str, context: 
     temperature = check_temperature(temperature)  # before a slider gets it: NaN would break its options
     lazy = {"continuous_update": False}  # no redraw on the way while dragging or typing
     return {
-        "kind": widgets.Dropdown(options=list(kinds), value=kind, description="kind", **look("240px")),
+        "kind": widgets.Dropdown(options=[(kind_labels[k], k) for k in kinds] if kind_labels else list(kinds), value=kind, description="kind", **look("240px")),
         "layer": choice("layer"), "head": choice("head"), "layer_b": choice("B: layer"), "head_b": choice("B: head"),
-        "view": widgets.ToggleButtons(options=list(VIEWS), value=view, description="view", **look("520px", "flex", button_width="80px")),
+        "view": widgets.ToggleButtons(options=list(VIEWS), value=view, description="view", **look("600px", "flex", button_width="80px")),
         "tokens": widgets.Text(value=tokens, description="tokens", **lazy, **look("600px")),
         "context_tokens": widgets.Text(value=context, description="context", **lazy, **look("600px")),
         "pad": widgets.IntSlider(value=0, min=0, max=0, description="padding", **lazy, **look("280px")),
@@ -102,6 +107,9 @@ def _stacks(layer, cross_layer, kinds: Sequence[str], hidden_size: int, num_head
     def shapes(m: nn.Module) -> dict:
         return {name: t.shape for name, t in m.state_dict().items()}
 
+    if isinstance(layer, dict):  # a stack per kind, e.g. an encoder-decoder's recorded weights: nothing to make
+        return {k: stack(layer[k]) for k in kinds}
+
     twin, own = None, {}
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -134,16 +142,19 @@ class _Controls:
     def _sync(self) -> None:
         c = self.controls
         kind, view, stack = KINDS[c["kind"].value], c["view"].value, self.stacks[c["kind"].value]
+        numbers = [getattr(m, "layer_number", i) for i, m in enumerate(stack)]  # a recorded layer keeps its number
         for name, which in (("layer", None), ("layer_b", None), ("head", "layer"), ("head_b", "layer_b")):
-            _options(c[name], len(stack) if which is None else getattr(stack[c[which].value], "num_heads", 1))
+            _options(c[name], *((len(stack), numbers) if which is None else (getattr(stack[c[which].value], "num_heads", 1),)))
+        box = "context_tokens" if kind.cross or kind.name in self.context_kinds else "tokens"
         try:
-            typed = len(self.tokenize(c["context_tokens" if kind.cross else "tokens"].value))
+            typed = len(self.tokenize(c[box].value))
         except Exception:  # the message under the controls will say what is wrong with the text
             typed = 0
-        c["pad"].max = max(0, self.max_len - typed)
-        shown = {"layer": len(stack) > 1, "head": len(c["head"].options) > 1 and view != "all heads",
+        fixed = getattr(stack[0], "fixed_tokens", False)  # recorded weights: the tokens they were recorded on, no padding
+        c["pad"].max = 0 if fixed else max(0, self.max_len - typed)
+        shown = {"layer": len(stack) > 1, "head": len(c["head"].options) > 1 and view not in ("all heads", "overlay"),
                  "layer_b": len(stack) > 1 and view == "compare", "head_b": view == "compare",
-                 "context_tokens": kind.cross, "pad": c["pad"].max > 0, "pad_side": c["pad"].value > 0}
+                 "context_tokens": box == "context_tokens", "pad": c["pad"].max > 0, "pad_side": c["pad"].value > 0}
         for name, visible in shown.items():  # toggle buttons need "flex" to keep their label beside the buttons
             c[name].layout.display = ("flex" if name == "pad_side" else None) if visible else "none"
 
@@ -189,6 +200,10 @@ class _Pictures:
             title += f" · layer {view.layer_index}" * (view.num_layers > 1)
             return view, heads_svg(view.weights, view.mask, q, k, weights_norm(view.weights), view.head, title,
                                    groups=view.groups)
+        if values["view"] == "overlay":  # several heads' lines, one colour each (bertviz's head view)
+            heads = [h for h in self.overlay_heads if h < len(view.weights)] or range(len(view.weights))
+            title += f" · layer {view.layer_index}" * (view.num_layers > 1)
+            return view, overlay_svg(view.weights, view.mask, q, k, list(heads), title)
         if values["view"] == "lines":
             return view, lines_svg(view.head_weights, view.mask, q, k, weights_norm(view.head_weights), f"{title} · {view.name()}")
         if values["view"] == "compare":
@@ -203,7 +218,7 @@ class _Pictures:
     def plot(self):
         """The current picture, static (matplotlib): every head in the "all heads" view, else the selected head."""
         view = self.compute()
-        if self.controls["view"].value == "all heads":
+        if self.controls["view"].value in ("all heads", "overlay"):
             return plot_heads(view.weights[None], view.query_tokens, view.key_tokens, mask=view.mask[None], groups=view.groups)
         return plot_view(view)
 
@@ -215,6 +230,8 @@ class _Display:
     def redraw(self) -> AttentionView | None:
         """Recompute for the current controls and show the picture. Input it cannot show leaves the last picture,
         faded, under a one-line message saying what is wrong; it never raises (it runs in widget callbacks)."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # a picture's tensor ops are small: on a busy machine their threads wait for a core
         try:
             view, body = self._picture({name: control.value for name, control in self.controls.items()})
         except Exception as error:
@@ -223,6 +240,8 @@ class _Display:
                                   "The picture is from the last input that worked.</div>")
             self._show(None)
             return None
+        finally:
+            torch.set_num_threads(threads)
         c, self.renders, self.message.value = self.controls, self.renders + 1, ""
         self._attrs = {"kind": view.kind, "view": c["view"].value, "layer": view.layer_index, "head": view.head,
                        "layer-b": c["layer_b"].value, "head-b": c["head_b"].value, "seq-len": len(view.query_tokens),
@@ -233,6 +252,40 @@ class _Display:
                        "digest": hashlib.sha256(body.encode()).hexdigest()[:16]}
         self._show(body)
         return view
+
+    def html(self) -> str:
+        """One standalone HTML page of the current kind (`page.page_html`): every layer's weights as the explorer
+        computes them now, and a small script that draws one head as a table or as lines, with controls for the
+        layer, the head and those two views, hover included; its styles inline, nothing from the network."""
+        from attention_lib.viz.page import page_html
+
+        c = self.controls
+        views = [self.compute(layer=i) for i in range(len(self.stacks[c["kind"].value]))]  # the current kind's layers
+        start = {"layer": c["layer"].value, "head": c["head"].value, "view": "lines" * (c["view"].value == "lines") or "weights"}
+        return page_html(views, start)
+
+    def save_html(self, path) -> Path:
+        """Write `html()` to path (a str or Path); returns the Path."""
+        path = Path(path)
+        path.write_text(self.html(), encoding="utf-8")
+        return path
+
+    def save_image(self, path) -> Path:
+        """Save the current picture as an image: ".svg", the SVG the explorer shows, its CSS inside; ".png", the
+        static picture of `plot` (matplotlib, 150 dpi). Returns the Path; another suffix is refused before anything
+        is written."""
+        path = Path(path)
+        if path.suffix.lower() not in (".svg", ".png"):
+            raise ValueError(f"save_image writes .svg or .png, got {path.name!r}")
+        if path.suffix.lower() == ".svg":
+            path.write_text(self._body.replace(">", ">" + CSS, 1), encoding="utf-8")  # the CSS inside the <svg>
+        else:
+            import matplotlib.pyplot as plt
+
+            figure = self.plot()
+            figure.savefig(path, dpi=150)
+            plt.close(figure)
+        return path
 
     def _show(self, body: str | None) -> None:
         """A new picture, or (None) the last one marked stale, faded by the CSS."""
@@ -265,15 +318,18 @@ class _Computing:
         NH = getattr(self.stacks[kind.name][index], "num_heads", 1)
         if not 0 <= values[head] < NH:
             raise ValueError(f"{head} must lie in [0, NH={NH}), got {values[head]}")
-        queries = self._tokens(values["tokens"], "tokens")
+        box = "context_tokens" if kind.name in self.context_kinds else "tokens"  # e.g. an encoder reads the context
+        queries = self._tokens(values[box], box.replace("_tokens", ""))
         keys = self._tokens(values["context_tokens"], "context") if kind.cross else queries
         if max(len(queries), len(keys) + values["pad"]) > self.max_len:
-            raise InputError(f"{len(keys)} tokens and {values['pad']} padding: this explorer shows at most "
-                             f"max_len = {self.max_len}")
+            raise InputError(f"{max(len(queries), len(keys))} tokens and {values['pad']} padding: this explorer shows "
+                             f"at most max_len = {self.max_len}, an argument of explore_attention (e.g. "
+                             f"explore_attention(..., max_len={max(len(queries), len(keys) + values['pad'])}))")
         T = check_temperature(values["temperature"])
         view = self._run(kind.name, index, _weights_state(self.stacks[kind.name][index]), tuple(queries),
                          tuple(keys) if kind.cross else (), values["pad"], values["pad_side"], T)
-        return dataclasses.replace(view, head=values[head], num_layers=len(self.stacks[kind.name]))
+        number = getattr(self.stacks[kind.name][index], "layer_number", index)  # a recorded layer: the model's number
+        return dataclasses.replace(view, head=values[head], num_layers=len(self.stacks[kind.name]), layer_index=number)
 
     def _tokens(self, text, what: str) -> list[str]:
         return _step(f"tokenizing the {what}", self.tokenize, text) if isinstance(text, str) else list(text)
@@ -330,25 +386,36 @@ class _Widget:
 class AttentionExplorer(_Controls, _Pictures, _Display, _Computing, _Widget):
     """An ipywidgets explorer of masks and attention weights that runs real layers of attention_lib.
 
-    layer: the layer of the self-attention kinds, or a list of layers (a model's stack: a layer selector appears);
-    cross_layer: the same for "cross"; without them, seeded random layers (hidden_size, num_heads, seed). kinds: names
-    in KINDS. tokenize: text -> tokens (default: split on spaces). embed / context_embed: tokens -> (S, C), or
-    (num_layers, S, C) for a stack (default `word_vectors`). The tokens set S, padding adds [PAD] tokens, at most
-    max_len. Start values as keywords: kind, view, layer, head, layer_b, head_b, pad, pad_side, temperature (seq_len
-    and kv_len are accepted when they equal the lengths the tokens give). Show it as a cell's last expression."""
+    layer: the layer of the self-attention kinds, or a list of layers (a model's stack: a layer selector appears), or
+    a dict {kind: layer or list} (recorded weights: `attention_lib.viz.recorded`); cross_layer: the same for "cross";
+    without them, seeded random layers (hidden_size, num_heads, seed). Both are positional: `layer=2` is the layer to
+    start on. kinds: names in KINDS; kind_labels: what the kind menu calls them; context_kinds: self-attention kinds
+    whose tokens are the context box's (an encoder's). tokens / context_tokens: a string or a list of str. tokenize:
+    text -> tokens (default: split on spaces). embed / context_embed: tokens -> (S, C), or (num_layers, S, C) for a
+    stack (default `word_vectors`). The tokens set S, padding adds [PAD] tokens, at most max_len. overlay_heads: the
+    heads of the overlay view (default every head). Start values as keywords: kind, view, layer, head, layer_b, head_b,
+    pad, pad_side, temperature (seq_len and kv_len are accepted when they equal the lengths the tokens give). Show it
+    as a cell's last expression."""
 
-    def __init__(self, layer=None, cross_layer=None, *, kinds: Sequence[str] = ("bidirectional", "causal", "cross"),
-                 kind: str | None = None, view: str = "weights", tokens: str = "the cat sat on",
-                 context_tokens: str = "le chat est assis sur le tapis", tokenize: Callable | None = None,
+    def __init__(self, layer=None, cross_layer=None, /, *, kinds: Sequence[str] = ("bidirectional", "causal", "cross"),
+                 kind: str | None = None, view: str = "weights", tokens: str | Sequence[str] = "the cat sat on",
+                 context_tokens: str | Sequence[str] = "le chat est assis sur le tapis", tokenize: Callable | None = None,
                  embed: Callable | None = None, context_embed: Callable | None = None, hidden_size: int = 32,
-                 num_heads: int = 4, max_len: int = 16, seed: int = 0, **start):
+                 num_heads: int = 4, max_len: int = 16, seed: int = 0, kind_labels: dict[str, str] | None = None,
+                 context_kinds: Sequence[str] = (), overlay_heads: Sequence[int] = (), **start):
         if not kinds or any(k not in KINDS for k in kinds):
             raise ValueError(f"kinds must name one or more of {tuple(KINDS)}, got {kinds}")
-        self.stacks, self.tokenize, self.max_len = _stacks(layer, cross_layer, kinds, hidden_size, num_heads, max_len, seed), tokenize or str.split, max_len
+        if isinstance(start.get("layer"), nn.Module | list | tuple | dict) and layer is None:
+            layer = start.pop("layer")  # the layer passed by keyword; an int is the layer to start on
+        tokens, context_tokens, tokenize = _token_lists(tokens, context_tokens, tokenize or str.split)
+        self.stacks, self.tokenize, self.max_len = _stacks(layer, cross_layer, kinds, hidden_size, num_heads, max_len, seed), tokenize, max_len
+        self.context_kinds = tuple(context_kinds)  # self-attention kinds whose tokens are the context's (an encoder's)
+        self.overlay_heads = tuple(overlay_heads)  # the heads the overlay view draws (none given: every head)
         self.embed, self.context_embed, self._run = _memo(embed), _memo(context_embed), functools.lru_cache(64)(self._compute)
         self._body, self._attrs, self._quiet, self.renders = "", {}, False, 0
         lengths = {name: start.pop(name) for name in ("seq_len", "kv_len") if name in start}
-        self.controls = _controls(tuple(kinds), kind or kinds[0], view, tokens, context_tokens, start.get("temperature", 1.0))
+        self.controls = _controls(tuple(kinds), kind or kinds[0], view, tokens, context_tokens, start.get("temperature", 1.0),
+                                  kind_labels)
         self.message, self.picture, self.widget = _boxes(self.controls)
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
@@ -359,6 +426,33 @@ class AttentionExplorer(_Controls, _Pictures, _Display, _Computing, _Widget):
                 raise ValueError(f"{name}={n}, but the tokens and the padding give {got}: the tokens set the lengths")
 
 
-def explore_attention(layer=None, cross_layer=None, **kwargs) -> AttentionExplorer:
-    """An `AttentionExplorer` (see there for the keywords); show it as the last expression of a cell."""
+def _token_lists(tokens, context_tokens, tokenize: Callable) -> tuple[str, str, Callable]:
+    """The text boxes' strings for tokens given as a string or a list of str, and a tokenize that gives a list back
+    exactly (a token may hold a space) while its box still holds the joined list; other text goes to `tokenize`."""
+    given = {}
+    for what, value in (("tokens", tokens), ("context_tokens", context_tokens)):
+        if isinstance(value, str):
+            continue
+        if not isinstance(value, Sequence) or not all(isinstance(t, str) for t in value):
+            raise TypeError(f"{what} must be a string or a list of str, got {type(value).__name__}")
+        given[" ".join(value)] = list(value)
+    texts = [t if isinstance(t, str) else " ".join(t) for t in (tokens, context_tokens)]
+    if not given:
+        return *texts, tokenize
+    return *texts, lambda text: list(given[text]) if text in given else tokenize(text)
+
+
+def explore_attention(layer=None, cross_layer=None, /, **kwargs) -> AttentionExplorer:
+    """An `AttentionExplorer` (see there for the keywords); show it as the last expression of a cell.
+
+    Recorded weights instead of layers to run: `explore_attention(attentions=..., tokens=...)` takes the tuple a
+    Hugging Face model returns with output_attentions=True (and encoder_attention=, decoder_attention=,
+    cross_attention=, encoder_tokens=, decoder_tokens= for an encoder-decoder); a Hugging Face model with
+    `tokenizer=` and a sentence as `tokens=` runs the model first. See `attention_lib.viz.recorded`."""
+    from attention_lib.viz.recorded import RECORDED_KEYWORDS, explore_recorded, is_hf_model
+
+    if is_hf_model(layer) or RECORDED_KEYWORDS & set(kwargs):
+        if cross_layer is not None:
+            raise TypeError("recorded weights take keywords only (attentions=, cross_attention=, ...), not a cross_layer")
+        return explore_recorded(layer, **kwargs)
     return AttentionExplorer(layer, cross_layer, **kwargs)

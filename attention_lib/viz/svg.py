@@ -14,6 +14,8 @@ from . import style  # the scales of other tables than the weights: style.BIAS_C
 from .style import HIDDEN, MAY_ATTEND, WEIGHTS_LABEL, hex_colours, ink, levels, writes_values
 
 FONT, SMALL = 12, 10  # px: labels and titles; values and ticks (pictures are shown at their size, never scaled)
+MAX_LINES = 2000  # the lines picture draws at most this many lines: each query's strongest
+RASTER_CELLS = 6000  # a picture of more cells draws each table as one image (a <rect> per cell would be megabytes)
 CSS = """<style>.attn-pic text { font: 12px sans-serif; fill: #222; } .attn-pic .small { font-size: 10px; }
 .attn-pic .title { font-weight: bold; } .attn-pic rect.cell:hover { stroke: #111; stroke-width: 2; }
 .attn-lines line { pointer-events: none; } .attn-lines .val, .attn-lines .by-k line { visibility: hidden; }
@@ -41,8 +43,8 @@ def _key_labels(x0: float, y: float, cell: float, keys: Sequence[str], cls: str 
     return "".join(f'{start}{x0 + (j + 0.5) * cell + 4:.1f},{y:.1f}) rotate(-90)">{_esc(k)}</text>' for j, k in enumerate(keys))
 
 # %% auto #0
-__all__ = ['FONT', 'SMALL', 'CSS', 'Panel', 'svg', 'colour_bar', 'cells', 'legend', 'table_svg', 'heads_svg', 'lines_svg',
-           'show_svg']
+__all__ = ['FONT', 'SMALL', 'MAX_LINES', 'RASTER_CELLS', 'CSS', 'Panel', 'HEAD_COLOURS', 'svg', 'colour_bar', 'raster', 'cells',
+           'legend', 'table_svg', 'heads_svg', 'lines_svg', 'overlay_svg', 'show_svg']
 
 # %% ../../notebooks/06_visualisation.ipynb #351189de
 def svg(width: float, height: float, body: str, cls: str = "") -> str:
@@ -64,9 +66,35 @@ def colour_bar(x: float, y: float, height: float, norm: Normalize, cmap: str = s
     return "".join(parts) + f"{start}{_esc(label)}</text>"
 
 
+def raster(x0: float, y0: float, cell: int, weights: Tensor | None, mask: Tensor, norm: Normalize,
+           cmap: str = style.WEIGHTS_CMAP, name: str = "") -> str:
+    """One table at (x0, y0) as an image, one pixel per cell drawn `cell` px wide: the colours of `cells` (weights
+    (S, S_kv) on `norm`, hidden cells grey; or the mask) in a PNG inside the SVG; hovering it names the table only."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    S, S_kv = mask.shape
+    hexes = style.palette(cmap)[0] if weights is not None else [MAY_ATTEND]
+    rgb = np.array([[int(h[i:i + 2], 16) for i in (1, 3, 5)] for h in [*hexes, HIDDEN]], dtype=np.uint8)  # (n + 1, 3)
+    index = (levels(weights, norm) * 255 + 0.5).astype(int) if weights is not None else np.zeros(S * S_kv, dtype=int)
+    index[~mask.flatten().numpy()] = len(hexes)  # the hidden cells: grey
+    buffer = io.BytesIO()
+    Image.fromarray(rgb[index.reshape(S, S_kv)]).save(buffer, format="PNG")  # (S, S_kv, 3)
+    data = base64.b64encode(buffer.getvalue()).decode()
+    return (f'<image class="raster" x="{x0}" y="{y0}" width="{S_kv * cell}" height="{S * cell}" preserveAspectRatio="none" '
+            f'style="image-rendering:pixelated" href="data:image/png;base64,{data}"><title>{_esc(name)}</title></image>')
+
+
 def cells(x0: float, y0: float, cell: int, weights: Tensor | None, mask: Tensor, norm: Normalize,
-          queries: Sequence[str], keys: Sequence[str], values: bool = False, cmap: str = style.WEIGHTS_CMAP) -> str:
-    """One table at (x0, y0): weights (S, S_kv) or a bias on the scale `norm` of `cmap`, hidden cells grey; or the mask."""
+          queries: Sequence[str], keys: Sequence[str], values: bool = False, cmap: str = style.WEIGHTS_CMAP,
+          as_image: bool = False, name: str = "") -> str:
+    """One table at (x0, y0): weights (S, S_kv) or a bias on the scale `norm` of `cmap`, hidden cells grey; or the mask.
+    A cell per <rect>, whose hover shows its value; as_image: one image (`raster`), for pictures of many cells."""
+    if as_image:
+        return raster(x0, y0, cell, weights, mask, norm, cmap, name)
     shown, S_kv = mask.flatten().tolist(), mask.shape[1]  # (S * S_kv,)
     colours = hex_colours(weights, norm, cmap) if weights is not None else [MAY_ATTEND] * len(shown)
     w = weights.flatten().tolist() if weights is not None else None
@@ -110,9 +138,11 @@ def table_svg(panels: Sequence[Panel], queries: Sequence[str], keys: Sequence[st
     if bias is not None:  # last, with its own scale and colour bar
         tables.append((*bias, style.bias_norm(bias[1], bias[2]), style.BIAS_CMAP))
         bars[len(panels)] = (tables[-1][3], style.BIAS_CMAP, style.BIAS_LABEL)
+    as_image = len(tables) * S * S_kv > RASTER_CELLS
     for n, (name, values, mask, scale, cmap) in enumerate(tables):
         parts += [_text(x, top - keys_h - 8, name, "title"), _key_labels(x, top - 5, cell, keys)]
-        parts.append(cells(x, top, cell, values, mask, scale, queries, keys, values is not None and writes_values(S, S_kv), cmap))
+        parts.append(cells(x, top, cell, values, mask, scale, queries, keys, values is not None and writes_values(S, S_kv),
+                           cmap, as_image, name))
         right = x + S_kv * cell + 20  # the table's right edge and a gap: its colour bar goes there
         if n in bars:
             parts.append(colour_bar(right, top, height, *bars[n]))
@@ -138,7 +168,8 @@ def heads_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seque
                                                           for c in range(ncols)]
     for h in range(NH):
         x, y = left + h % ncols * panel_w, top + h // ncols * panel_h + 18
-        parts += [_text(x, y - 5, names[h], "title" * (h == selected)), cells(x, y, cell, weights[h], mask, norm, queries, keys)]
+        parts += [_text(x, y - 5, names[h], "title" * (h == selected)),
+                  cells(x, y, cell, weights[h], mask, norm, queries, keys, as_image=NH * S * S_kv > RASTER_CELLS, name=names[h])]
         parts += [_text(left - 4, y + (i + 0.5) * cell + 3.5, q, "small", "end") for i, q in enumerate(queries)] * (h % ncols == 0)
         if h == selected:
             parts.append(f'<rect x="{x - 2}" y="{y - 2}" width="{S_kv * cell + 3}" height="{S * cell + 3}" fill="none" stroke="#e6550d" stroke-width="2"/>')
@@ -152,14 +183,21 @@ def lines_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seque
               title: str = "") -> str:
     """bertviz's lines for one head's weights (S, S_kv): queries left, keys right, a line per visible pair, thicker
     and darker the more the query reads the key; a weight below 2 % of the scale's top (norm.vmax, the largest weight
-    shown) gets no line. Hovering a token shows only its lines, and their values: each token's <g> holds its lines,
-    and the keys' groups come first, so that CSS's `.by-k:hover ~ .by-q` reaches the queries'."""
+    shown) gets no line, and each query keeps at most its MAX_LINES // S strongest (the title then says so). Hovering a
+    token shows only its lines, and their values: each token's <g> holds its lines, and the keys' groups come first,
+    so that CSS's `.by-k:hover ~ .by-q` reaches the queries'."""
     S, S_kv = weights.shape
+    w, colours, shown = weights.flatten().tolist(), hex_colours(weights, norm), mask.flatten().tolist()
+    level = levels(weights, norm).tolist()  # each weight's place on the scale, 0 to 1: line widths
+    kept = [sorted((n for n in range(i * S_kv, (i + 1) * S_kv) if shown[n] and level[n] >= 0.02), key=w.__getitem__)
+            for i in range(S)]  # each query's lines, weakest first
+    k = max(1, MAX_LINES // S)  # each query keeps its k strongest: at most MAX_LINES lines in all
+    drawn = sorted((n for row in kept for n in row[-k:]), key=w.__getitem__)  # strong on top
+    if any(len(row) > k for row in kept):  # say what was left out
+        title += f" · lines: each query's {k} strongest ({len(drawn)} of {sum(map(len, kept))})"
     pitch, margin = 22, _width("0.00", SMALL) + 8  # px between rows; room for the values shown on hover
     x_q = margin + max(map(_width, queries))  # the query labels end here
     x_k, k_end, top = x_q + 260, x_q + 260 + max(map(_width, keys)), (26 if title else 6) + 20  # keys start at x_k
-    w, colours, shown = weights.flatten().tolist(), hex_colours(weights, norm), mask.flatten().tolist()
-    level = levels(weights, norm).tolist()  # each weight's place on the scale, 0 to 1: line widths
 
     def y(row: int) -> float:
         return top + (row + 0.5) * pitch
@@ -174,7 +212,6 @@ def lines_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seque
         parts += [_text(value_x, y(other(n)) + 4, f"{w[n]:.2f}", "val small", "start" if anchor == "end" else "end") for n in lines]
         return f"<g>{''.join(parts)}</g>"
 
-    drawn = sorted((n for n in range(S * S_kv) if shown[n] and level[n] >= 0.02), key=w.__getitem__)  # strong on top
     by_k = "".join(group(x_k, j, k, "start", [n for n in drawn if n % S_kv == j], margin - 4, lambda n: n // S_kv)
                    for j, k in enumerate(keys))
     by_q = "".join(group(x_q, i, q, "end", [n for n in drawn if n // S_kv == i], k_end + 8, lambda n: n % S_kv)
@@ -184,6 +221,54 @@ def lines_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seque
                                                          _text(x_k, top - 8, "keys (S_kv)", "small")]
     body += [f'<g class="by-k">{by_k}</g><g class="by-q">{by_q}</g>', colour_bar(k_end + margin + 12, top, height, norm)]
     return svg(k_end + margin + 76, top + height + 12, "".join(body), "attn-lines")
+
+# %% ../../notebooks/06_visualisation.ipynb #c332211b
+HEAD_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                "#17becf")  # matplotlib's tab10: head h draws in HEAD_COLOURS[h % 10]
+
+
+def overlay_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Sequence[str], heads: Sequence[int],
+                title: str = "") -> str:
+    """bertviz's head view of several heads at once, weights (NH, S, S_kv): the lines of each head in `heads` in its
+    own colour (HEAD_COLOURS, in the legend), more opaque and wider the larger the weight on that head's own scale
+    (0 to its largest weight shown); per head, a weight below 2 % of its largest gets no line and each query keeps
+    its MAX_LINES // (S · len(heads)) strongest. Hovering a token keeps only its lines, as in `lines_svg`."""
+    NH, S, S_kv = weights.shape
+    k = max(1, MAX_LINES // (S * len(heads)))  # lines per query and head
+    drawn, shown, cut = [], mask.flatten().tolist(), False  # drawn: (weight, head, n = i * S_kv + j, level)
+    for h in heads:
+        w, level = weights[h].flatten().tolist(), levels(weights[h], style.weights_norm(weights[h][mask])).tolist()
+        for i in range(S):
+            row = sorted((n for n in range(i * S_kv, (i + 1) * S_kv) if shown[n] and level[n] >= 0.02), key=w.__getitem__)
+            cut |= len(row) > k
+            drawn += [(w[n], h, n, level[n]) for n in row[-k:]]
+    drawn.sort()  # strong on top
+    if cut:
+        title += f" · lines: each query's {k} strongest per head"
+    pitch, x_q = 22, 8 + max(map(_width, queries))
+    x_k, top = x_q + 260, (26 if title else 6) + 20
+
+    def y(row: int) -> float:
+        return top + (row + 0.5) * pitch
+
+    def group(x: float, row: int, label: str, anchor: str, lines: list) -> str:
+        left = x - _width(label) if anchor == "end" else x
+        parts = [f'<rect x="{left:.1f}" y="{y(row) - 11:.1f}" width="{_width(label)}" height="20" fill="transparent"/>',
+                 _text(x, y(row) + 4, label, "tok", anchor)]
+        parts += [f'<line x1="{x_q + 6}" y1="{y(n // S_kv):.1f}" x2="{x_k - 6}" y2="{y(n % S_kv):.1f}" '
+                  f'stroke="{HEAD_COLOURS[h % 10]}" stroke-opacity="{0.2 + 0.8 * level:.2f}" stroke-width="{1 + 3 * level:.1f}"/>'
+                  for _, h, n, level in lines]
+        return f"<g>{''.join(parts)}</g>"
+
+    by_k = "".join(group(x_k, j, t, "start", [d for d in drawn if d[2] % S_kv == j]) for j, t in enumerate(keys))
+    by_q = "".join(group(x_q, i, t, "end", [d for d in drawn if d[2] // S_kv == i]) for i, t in enumerate(queries))
+    height = max(max(S, S_kv) * pitch, 120)
+    body = [_text(4, 16, title, "title")] * bool(title) + [_text(x_q, top - 8, "queries (S)", "small", "end"),
+                                                         _text(x_k, top - 8, "keys (S_kv)", "small")]
+    body += [f'<g class="by-k">{by_k}</g><g class="by-q">{by_q}</g>',
+             legend(8, top + height + 18, [(HEAD_COLOURS[h % 10], f"head {h}") for h in heads])]
+    width = max(x_k + max(map(_width, keys)) + 20, 8 + sum(30 + _width(f"head {h}") for h in heads))
+    return svg(width, top + height + 30, "".join(body), "attn-lines attn-overlay")
 
 # %% ../../notebooks/06_visualisation.ipynb #5e0c2a7d
 def show_svg(picture: str) -> None:

@@ -145,6 +145,13 @@ def score_temperature(layer: nn.Module, T: float) -> Iterator[nn.Module]:
     if T == 1:
         yield layer
         return
+    if getattr(layer, "applies_temperature", False):  # recorded weights: the layer applies T to them itself
+        layer.temperature = T
+        try:
+            yield layer
+        finally:
+            layer.temperature = 1.0
+        return
     projection, n = _query_projection(layer)
     hook = projection.register_forward_hook(  # out: (B, S, out_features), the first n of them the queries
         lambda module, args, out: torch.cat([out[..., :n] / T, out[..., n:]], -1))
