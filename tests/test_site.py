@@ -295,7 +295,7 @@ def test_explorers_show_their_saved_picture(crawl):
     shown = {}
     for name, info in notebook_pages(crawl).items():
         nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
-        explorers = sum("explore_attention(" in "".join(c["source"]) and any(
+        explorers = sum(bool(re.search(r"\b(explore_attention|head_view|model_view)\(", "".join(c["source"]))) and any(
             "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in c.get("outputs", []))
             for c in nb["cells"])
         shown[name] = info["explorers"]
