@@ -28,7 +28,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from browser import CHROMIUM, CHROMIUM_ARGS, need_browser
+from browser import chromium, need_browser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,14 +78,8 @@ def served():
 
 @pytest.fixture(scope="module")
 def browser(served):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
+    with chromium() as launched:
+        yield launched
 
 
 class Offline:
