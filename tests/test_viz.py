@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 
 from attention_lib import GroupedQueryAttention, causal_mask, padding_mask
 from attention_lib.bidirectional import BidirectionalAttention
+from attention_lib.cross import CrossAttention
 from attention_lib.single_head import SingleHeadAttention
 from attention_lib.viz import (
     KINDS,
@@ -874,3 +875,9 @@ def test_a_refused_call_leaves_the_explorer_as_it_was(explorer):
             with pytest.raises((ValueError, TypeError)):
                 explorer.compute(**bad)
             assert explorer_state(explorer) == before, (good, bad)
+
+
+def test_cross_layer_may_be_passed_by_keyword():
+    cross = CrossAttention(12, 3)
+    ex = explore_attention(cross_layer=cross, kinds=("cross",), tokens="a b", context_tokens="c d e")
+    assert ex.layers["cross"] is cross and ex.compute().weights.shape == (3, 2, 3)

@@ -386,18 +386,18 @@ class _Widget:
 class AttentionExplorer(_Controls, _Pictures, _Display, _Computing, _Widget):
     """An ipywidgets explorer of masks and attention weights that runs real layers of attention_lib.
 
-    layer: the layer of the self-attention kinds, or a list of layers (a model's stack: a layer selector appears), or
-    a dict {kind: layer or list} (recorded weights: `attention_lib.viz.recorded`); cross_layer: the same for "cross";
-    without them, seeded random layers (hidden_size, num_heads, seed). Both are positional: `layer=2` is the layer to
-    start on. kinds: names in KINDS; kind_labels: what the kind menu calls them; context_kinds: self-attention kinds
-    whose tokens are the context box's (an encoder's). tokens / context_tokens: a string or a list of str. tokenize:
-    text -> tokens (default: split on spaces). embed / context_embed: tokens -> (S, C), or (num_layers, S, C) for a
-    stack (default `word_vectors`). The tokens set S, padding adds [PAD] tokens, at most max_len. overlay_heads: the
-    heads of the overlay view (default every head). Start values as keywords: kind, view, layer, head, layer_b, head_b,
-    pad, pad_side, temperature (seq_len and kv_len are accepted when they equal the lengths the tokens give). Show it
-    as a cell's last expression."""
+    layer: the layer of the self-attention kinds, or a list of layers (a model's stack: a layer selector appears),
+    or a dict {kind: layer or list} (recorded weights: `attention_lib.viz.recorded`); cross_layer: the same for
+    "cross"; without them, seeded random layers (hidden_size, num_heads, seed). `layer` is positional only:
+    `layer=2` is the layer to start on; `cross_layer` may be a keyword. kinds: names in KINDS; kind_labels: what the
+    kind menu calls them; context_kinds: self-attention kinds whose tokens are the context box's (an encoder's).
+    tokens / context_tokens: a string or a list of str. tokenize: text -> tokens (default: split on spaces). embed /
+    context_embed: tokens -> (S, C), or (num_layers, S, C) for a stack (default `word_vectors`). The tokens set S,
+    padding adds [PAD] tokens, at most max_len. overlay_heads: the heads of the overlay view (default every head).
+    Start values as keywords: kind, view, layer, head, layer_b, head_b, pad, pad_side, temperature (seq_len and
+    kv_len are accepted when they equal the lengths the tokens give). Show it as a cell's last expression."""
 
-    def __init__(self, layer=None, cross_layer=None, /, *, kinds: Sequence[str] = ("bidirectional", "causal", "cross"),
+    def __init__(self, layer=None, /, cross_layer=None, *, kinds: Sequence[str] = ("bidirectional", "causal", "cross"),
                  kind: str | None = None, view: str = "weights", tokens: str | Sequence[str] = "the cat sat on",
                  context_tokens: str | Sequence[str] = "le chat est assis sur le tapis", tokenize: Callable | None = None,
                  embed: Callable | None = None, context_embed: Callable | None = None, hidden_size: int = 32,
@@ -442,7 +442,7 @@ def _token_lists(tokens, context_tokens, tokenize: Callable) -> tuple[str, str, 
     return *texts, lambda text: list(given[text]) if text in given else tokenize(text)
 
 
-def explore_attention(layer=None, cross_layer=None, /, **kwargs) -> AttentionExplorer:
+def explore_attention(layer=None, /, cross_layer=None, **kwargs) -> AttentionExplorer:
     """An `AttentionExplorer` (see there for the keywords); show it as the last expression of a cell.
 
     Recorded weights instead of layers to run: `explore_attention(attentions=..., tokens=...)` takes the tuple a
