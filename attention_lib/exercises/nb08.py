@@ -90,8 +90,8 @@ def check_08_2(local_window_mask) -> str:
         i, j = torch.arange(S)[:, None], torch.arange(S)[None, :]  # (S, 1), (1, S)
         half = w // 2  # the tokens on each side
         expected = (i - j).abs() <= half  # (S, S)
-        got = expect_tensor(call(local_window_mask, S, w), f"local_window_mask({S}, {w})")
-        got = expect_bool_mask(got, (S, S), f"local_window_mask({S}, {w})", "(i - j).abs() <= w // 2")
+        got = expect_bool_mask(call(local_window_mask, S, w), (S, S), f"local_window_mask({S}, {w})",
+                               "(i - j).abs() <= w // 2")
         if torch.equal(got, expected):
             continue
         where = f"(S={S}, w={w})"

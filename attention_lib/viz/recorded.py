@@ -209,7 +209,7 @@ def explore_recorded(model=None, *, attentions=None, attention=None, tokens=None
     stacks = recorded.pop("stacks")
     return AttentionExplorer(stacks, max_len=S, **recorded, **start)
 
-
+# %% ../../notebooks/06_visualisation.ipynb #7e1c0a04
 def head_view(attention=None, tokens=None, sentence_b_start=None, prettify_tokens: bool = True,
               layer: int | None = None, heads: Sequence[int] | None = None, encoder_attention=None,
               decoder_attention=None, cross_attention=None, encoder_tokens=None, decoder_tokens=None,
