@@ -18,7 +18,7 @@ __all__ = ['Cache', 'KVCache', 'kv_cache_bytes', 'SlidingWindowCache']
 
 # %% ../notebooks/04_causal.ipynb #bf6bd62a
 class Cache:
-    """The keys and values of the tokens a causal layer has seen, kept for generation (键值缓存, KV cache).
+    """The keys and values of the tokens a causal layer has seen, kept for generation (KV 缓存).
 
     Storage for `capacity` tokens of `batch_size` sequences is allocated once, (B, NKV, capacity, HS) for the keys
     and the same for the values, and holds the kept tokens from the left, oldest first. A layer uses a cache in two
@@ -141,7 +141,7 @@ class Cache:
 
 # %% ../notebooks/04_causal.ipynb #c542ddcb
 class KVCache(Cache):
-    """A `Cache` of every token, up to `max_length` (键值缓存).
+    """A `Cache` of every token, up to `max_length` (KV 缓存).
 
     After n tokens, `keys` and `values` are views of shape (B, NKV, n, HS) and `len(cache) == cache.seen == n`.
     `extend` writes the new tokens in place, after the kept ones, and returns views: no step copies what is already
