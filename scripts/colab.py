@@ -6,7 +6,8 @@
 Everything derives from one address, pyproject.toml's [project.urls] Repository: a fork changes it there and runs
 `make colab`. In each notebook the stamp is
 - the badge, a paragraph of its own right after the title of the first markdown cell, linking to the notebook in
-  Colab (https://colab.research.google.com/github/<owner>/<repo>/blob/main/notebooks/<file>);
+  Colab (https://colab.research.google.com/github/<owner>/<repo>/blob/main/notebooks/<file>; the Chinese edition's
+  notebooks/zh/<file> link to themselves);
 - the setup cell, the first code cell, tagged "colab-setup" (cell metadata) so that a new stamp replaces it:
   seeds and print options, then `%pip install` of attention_lib when it cannot be imported (Colab, or any bare
   kernel) from ATTENTION_LIB_SOURCE or else from the repository, then Colab's widget manager when in Colab. It
@@ -112,15 +113,21 @@ def notebooks(root: Path) -> list[Path]:
     return sorted((root / "notebooks").glob("[0-9]*.ipynb"))
 
 
+def twins(root: Path) -> list[Path]:
+    """The Chinese edition's notebooks (notebooks/zh/): each gets the badge of its own file, in Colab too."""
+    return sorted((root / "notebooks" / "zh").glob("[0-9]*.ipynb"))
+
+
 def run(root: Path = ROOT, check: bool = False) -> list[str]:
     """Stamp (or with check=True only compare) every notebook and the README; returns the stale files' messages."""
     repo = repository(root)
     problems = []
-    for path in notebooks(root):
+    for path in [*notebooks(root), *twins(root)]:
+        name = path.relative_to(root / "notebooks").as_posix()  # "03_x.ipynb", or "zh/03_x.ipynb"
         nb = nbformat.read(path, as_version=4)
-        stamped = stamp_notebook(nb, path.name, repo)
+        stamped = stamp_notebook(nb, name, repo)
         if stamped != nb:
-            problems.append(f"notebooks/{path.name} lacks the current Colab badge or setup cell: run `make colab`")
+            problems.append(f"notebooks/{name} lacks the current Colab badge or setup cell: run `make colab`")
             if not check:
                 nbformat.write(stamped, path)
     readme = root / "README.md"

@@ -20,6 +20,7 @@ colab = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(colab)
 
 NOTEBOOKS = colab.notebooks(ROOT)
+TWINS = colab.twins(ROOT)
 FORK = "https://github.com/someone-else/attention-fork"
 STALE = "notebooks/{} lacks the current Colab badge or setup cell: run `make colab`"
 
@@ -54,6 +55,16 @@ def test_the_notebook_opens_with_the_badge_and_the_setup_cell(path):
     assert setup.outputs == []  # a normal run prints nothing, so nbval stays strict
 
 
+@pytest.mark.parametrize("path", TWINS, ids=lambda p: "zh-" + p.stem)
+def test_a_chinese_notebook_opens_with_its_own_badge_and_the_same_setup_cell(path):
+    nb = nbformat.read(path, as_version=4)
+    repo = colab.repository(ROOT)
+    title = next(c for c in nb.cells if c.cell_type == "markdown")
+    assert colab.badge(repo, "zh/" + path.name) in title.source.split("\n\n")[:2]
+    assert colab.colab_link(repo, path.name) not in title.source  # not the English notebook's
+    assert setup_cell(nb).source == colab.setup_source(repo) and setup_cell(nb).outputs == []
+
+
 def test_the_badge_links_to_the_notebook_in_colab():
     assert colab.badge("https://github.com/o/r", "00_x.ipynb") == (
         "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
@@ -85,8 +96,9 @@ def test_a_stale_notebook_and_a_new_url_are_caught_then_stamped(copy):
     pyproject = copy / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace(colab.repository(ROOT), FORK))
     problems = colab.run(copy, check=True)
-    assert len(problems) == len(NOTEBOOKS) + 1 and problems[-1].startswith("README.md")
-    assert len(colab.run(copy)) == len(NOTEBOOKS) + 1
+    total = len(NOTEBOOKS) + len(TWINS) + 1  # the notebooks, their Chinese twins, the README
+    assert len(problems) == total and problems[-1].startswith("README.md")
+    assert len(colab.run(copy)) == total
     assert colab.run(copy, check=True) == [] and colab.run(copy) == []  # stamped, and a second run changes nothing
     fresh = nbformat.read(path, as_version=4)
     assert [c.id for c in fresh.cells] == ids  # cell ids stay put
