@@ -16,7 +16,7 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 # is remade even if present, instead of every later command failing with "No such file or directory".
 VENV_OK := $(shell $(PY) -c 'print("yes")' 2>/dev/null)
 
-.PHONY: install venv-broken lab colab notebooks export check-export lint site test test-unit test-browser test-site test-colab test-notebooks bench bench-explorer quote-bench clean
+.PHONY: install venv-broken lab colab notebooks export check-export zh-check lint site test test-unit test-browser test-site test-colab test-notebooks bench bench-explorer quote-bench clean
 
 install: $(STAMP)
 
@@ -46,13 +46,15 @@ lab: install
 colab: install
 	$(PY) scripts/colab.py
 
-# Re-execute every notebook in a fresh kernel, in place, then regenerate the package from them.
+# Re-execute every notebook in a fresh kernel, in place, give the Chinese twins the new outputs, then regenerate the
+# package from them.
 # Streams are coalesced so that a re-run writes the same bytes however the kernel chunked its output.
 notebooks: colab
 	$(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=300 --ExecutePreprocessor.record_timing=False \
 	    --Exporter.preprocessors='["nbconvert.preprocessors.CoalesceStreamsPreprocessor"]' \
 	    notebooks/[0-9]*.ipynb
+	$(PY) scripts/zh.py outputs
 	$(MAKE) export
 
 export: install
@@ -60,6 +62,11 @@ export: install
 
 check-export: install
 	$(PY) scripts/export.py --check
+
+# The Chinese edition (notebooks/zh/) against the English: what is stale, untranslated or unequal, cell by cell
+# (scripts/zh.py; `python scripts/zh.py status` counts what is done).
+zh-check: install
+	$(PY) scripts/zh.py
 
 lint: install
 	$(VENV)/bin/ruff check attention_lib tests notebooks benchmarks scripts solutions site
@@ -89,10 +96,11 @@ test-site: install
 test-colab: install
 	$(VENV)/bin/pytest -v --durations=0 -m colab tests
 
+# The Chinese twins are not run again: zh-check proves their code and outputs equal to the English ones run here.
 test-notebooks: install
-	$(VENV)/bin/pytest -v --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-with notebooks/sanitize.cfg notebooks
+	$(VENV)/bin/pytest -v --ignore=notebooks/zh --nbval --nbval-current-env --nbval-cell-timeout=300 --nbval-sanitize-with notebooks/sanitize.cfg notebooks
 
-test: lint check-export test-unit test-browser test-site test-colab test-notebooks
+test: lint check-export zh-check test-unit test-browser test-site test-colab test-notebooks
 
 bench: install
 	$(PY) benchmarks/run.py

@@ -4,7 +4,8 @@
     python scripts/quote_bench.py --check  # exit 1 if a quoted table differs from what would be written
 
 A quoted table is the text between two HTML comments, which Markdown renderers do not show, in README.md or in a
-markdown cell of a notebook (notebooks/*.ipynb):
+markdown cell of a notebook (notebooks/*.ipynb, and the Chinese edition's notebooks/zh/*.ipynb, whose tables are
+the English ones: generated text, like an output):
 
     <!-- bench rows="causal forward" run=latest -->
     (written by this script: the run's environment, a sentence on the machine's load, the table, a legend)
@@ -179,7 +180,8 @@ def _lines(source: str) -> list[str]:
 
 
 def quoted_files(root: Path) -> list[Path]:
-    return [root / "README.md", *sorted((root / "notebooks").glob("*.ipynb"))]
+    notebooks = root / "notebooks"
+    return [root / "README.md", *sorted(notebooks.glob("*.ipynb")), *sorted((notebooks / "zh").glob("*.ipynb"))]
 
 
 def rewrite(path: Path, runs: dict[str, Run], root: Path) -> tuple[str, str, int]:

@@ -17,6 +17,8 @@ cell, without the Colab badge, which differs by language). The check reports, na
 - cells added, removed or moved on one side only;
 - a cell never stamped, or stamped before its English cell last changed (stale: the English text moved on);
 - markdown that still reads as English, or a code comment that does;
+- a relative link that leads nowhere from notebooks/zh/;
+- a benchmark table (quoted by scripts/quote_bench.py, generated and the same in both languages) that differs;
 - code that differs other than in comments (compared token by token; `#|` directives and NBVAL markers are code);
 - outputs or execution counts that differ;
 - a glossary variant (notebooks/zh/GLOSSARY.md, column 不要写作) in the Chinese text, or a Chinese term in an
@@ -39,6 +41,8 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
 BADGE = re.compile(r"\[!\[Open In Colab\]\([^)\s]*\)\]\([^)\s]*\)")
+# A benchmark table quoted by scripts/quote_bench.py: generated, the same in both languages (like an output).
+BENCH = re.compile(r"(<!-- bench[^>]*-->).*?(<!-- /bench -->)", re.S)
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 # Words that almost only English prose has; a run of text with several of them is an English sentence.
 STOPWORDS = frozenset(
@@ -60,7 +64,9 @@ def english_notebooks(root: Path) -> list[Path]:
 
 def cell_hash(cell: dict) -> str:
     """The hash a translation records: the English cell's source (the Colab badge left out), 16 hex digits."""
-    source = BADGE.sub("", cell["source"]) if cell["cell_type"] == "markdown" else cell["source"]
+    source = cell["source"]
+    if cell["cell_type"] == "markdown":
+        source = BENCH.sub(r"\1\2", BADGE.sub("", source))
     return hashlib.sha256(f"{cell['cell_type']}\n{source}".encode()).hexdigest()[:16]
 
 
@@ -110,7 +116,8 @@ def comments(source: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------------- English left
 def _prose(markdown: str) -> str:
     """The markdown's running text: code, math, links' targets, HTML tags, italic titles and quotes removed."""
-    text = re.sub(r"```.*?```", " ", markdown, flags=re.S)
+    text = BENCH.sub(" ", markdown)
+    text = re.sub(r"```.*?```", " ", text, flags=re.S)
     text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
     text = re.sub(r"\$[^$\n]+\$", " ", text)
     text = re.sub(r"`[^`\n]+`", " ", text)
@@ -168,8 +175,22 @@ def _outputs(cell: dict) -> list:
     return [dict(o) for o in cell.get("outputs", [])]
 
 
-def check_pair(name: str, en: nbformat.NotebookNode, zh: nbformat.NotebookNode, terms: list[Term]) -> list[str]:
-    """What is wrong with the Chinese twin `zh` of notebook `name`, one line per problem, naming the cell."""
+def _tables(markdown: str) -> list[str]:
+    """The quoted benchmark tables, their relative links made equal (zh/ sits one folder deeper)."""
+    return [re.sub(r"\((?:\.\./)+", "(", m.group(0)) for m in BENCH.finditer(markdown)]
+
+
+def broken_links(markdown: str, folder: Path) -> list[str]:
+    """The markdown's relative link targets (not web addresses, not in-page anchors) with no file behind them."""
+    targets = re.findall(r"\]\(([^)\s]+)\)", markdown) + re.findall(r'(?:src|href)="([^"]+)"', markdown)
+    return [t for t in targets
+            if not re.match(r"[a-z]+:|#", t) and not (folder / t.split("#")[0].split("?")[0]).exists()]
+
+
+def check_pair(name: str, en: nbformat.NotebookNode, zh: nbformat.NotebookNode, terms: list[Term],
+               folder: Path) -> list[str]:
+    """What is wrong with the Chinese twin `zh` of notebook `name` (in `folder`), one line per problem, naming the
+    cell."""
     problems: list[str] = []
     en_ids = [c.get("id") for c in en.cells]
     zh_ids = [c.get("id") for c in zh.cells]
@@ -201,6 +222,10 @@ def check_pair(name: str, en: nbformat.NotebookNode, zh: nbformat.NotebookNode, 
             chinese_text = z.source
             for run in english_left(_prose(BADGE.sub("", z.source))):
                 problems.append(f"{where}: reads as English: {run!r}")
+            for target in broken_links(z.source, folder):
+                problems.append(f"{where}: the link {target!r} leads nowhere from notebooks/zh/")
+            if _tables(e.source) != _tables(z.source):
+                problems.append(f"{where}: its quoted benchmark table differs from the English: run `make quote-bench`")
         elif e.cell_type == "code":
             ours, theirs = code_tokens(e.source), code_tokens(z.source)
             if ours != theirs or (ours is None and e.source != z.source):
@@ -249,7 +274,7 @@ def check(root: Path = ROOT, names: list[str] | None = None) -> list[str]:
         en = nbformat.read(path, as_version=4)
         problems += check_english(name, en, terms)
         if name in chinese:
-            problems += check_pair(name, en, nbformat.read(chinese[name], as_version=4), terms)
+            problems += check_pair(name, en, nbformat.read(chinese[name], as_version=4), terms, zh_dir(root))
     return problems
 
 
@@ -287,7 +312,7 @@ def stamp(root: Path, name: str, ids: list[str]) -> list[str]:
         trial.cells[0].metadata["zh"] = {"en": cell_hash(e)}
         mini_en = copy.deepcopy(en)
         mini_en.cells = [e]
-        issues = check_pair(name, mini_en, trial, terms)
+        issues = check_pair(name, mini_en, trial, terms, zh_dir(root))
         if issues:
             refused += issues
         else:
