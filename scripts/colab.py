@@ -99,13 +99,16 @@ def stamp_notebook(nb: nbformat.NotebookNode, name: str, repo: str) -> nbformat.
     return nb
 
 
-def stamp_readme(text: str, repo: str) -> str:
-    """The README with a badge after the link of every notebook in its table of notebooks."""
+def stamp_readme(text: str, repo: str, folder: str = "") -> str:
+    """The README with a badge after the link of every notebook in its table of notebooks (folder "zh/": the
+    Chinese README's table of notebooks/zh/)."""
 
     def row(match: re.Match) -> str:
-        return f"| [{match['stem']}](notebooks/{match['stem']}.ipynb) {badge(repo, match['stem'] + '.ipynb')} |"
+        name = f"{folder}{match['stem']}.ipynb"
+        return f"| [{match['stem']}](notebooks/{name}) {badge(repo, name)} |"
 
-    pattern = r"^\| \[(?P<stem>\d\d_\w+)\]\(notebooks/(?P=stem)\.ipynb\)(?: " + BADGE.pattern + r")? \|"
+    pattern = (r"^\| \[(?P<stem>\d\d_\w+)\]\(notebooks/" + re.escape(folder) + r"(?P=stem)\.ipynb\)(?: "
+               + BADGE.pattern + r")? \|")
     return re.sub(pattern, row, text, flags=re.M)
 
 
@@ -141,6 +144,13 @@ def run(root: Path = ROOT, check: bool = False) -> list[str]:
             readme.write_text(stamped_text)
     for name in missing:
         print(f"note: README.md's table of notebooks has no row for notebooks/{name}", file=sys.stderr)
+    chinese = root / "README.zh.md"
+    if chinese.exists():
+        text = chinese.read_text(encoding="utf-8")
+        if stamp_readme(text, repo, "zh/") != text:
+            problems.append("README.zh.md lacks the current Colab badges in its table of notebooks: run `make colab`")
+            if not check:
+                chinese.write_text(stamp_readme(text, repo, "zh/"), encoding="utf-8")
     return problems
 
 
