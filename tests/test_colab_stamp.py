@@ -28,7 +28,7 @@ STALE = "notebooks/{} lacks the current Colab badge or setup cell: run `make col
 @pytest.fixture
 def copy(tmp_path: Path) -> Path:
     """pyproject.toml, README.md and the notebooks, copied."""
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "README.zh.md"):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
     return tmp_path
@@ -96,8 +96,8 @@ def test_a_stale_notebook_and_a_new_url_are_caught_then_stamped(copy):
     pyproject = copy / "pyproject.toml"
     pyproject.write_text(pyproject.read_text().replace(colab.repository(ROOT), FORK))
     problems = colab.run(copy, check=True)
-    total = len(NOTEBOOKS) + len(TWINS) + 1  # the notebooks, their Chinese twins, the README
-    assert len(problems) == total and problems[-1].startswith("README.md")
+    total = len(NOTEBOOKS) + len(TWINS) + 2  # the notebooks, their Chinese twins, the two READMEs
+    assert len(problems) == total and problems[-2].startswith("README.md") and problems[-1].startswith("README.zh.md")
     assert len(colab.run(copy)) == total
     assert colab.run(copy, check=True) == [] and colab.run(copy) == []  # stamped, and a second run changes nothing
     fresh = nbformat.read(path, as_version=4)
@@ -107,6 +107,8 @@ def test_a_stale_notebook_and_a_new_url_are_caught_then_stamped(copy):
     readme = (copy / "README.md").read_text()
     assert readme.count("github/someone-else/attention-fork/blob/main/notebooks/") == len(NOTEBOOKS)
     assert "colab.research.google.com/github/attention-from-scratch" not in readme
+    chinese = (copy / "README.zh.md").read_text(encoding="utf-8")
+    assert chinese.count("github/someone-else/attention-fork/blob/main/notebooks/zh/") == len(TWINS)
 
 
 def test_a_notebook_added_later_gets_the_stamp(copy):
