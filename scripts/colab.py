@@ -46,6 +46,15 @@ if "google.colab" in sys.modules:  # Colab draws ipywidgets 8 only through its c
     importlib.import_module("google.colab.output").enable_custom_widget_manager()"""
 
 
+# The Chinese edition's setup cell: the same code, its two comments in Chinese (scripts/zh.py checks the code equal).
+SETUP_COMMENTS_ZH = {
+    "# Colab or a bare kernel: install it (never torch, ipywidgets)":
+        "# Colab 或没有本包的内核：安装它（从不安装 torch、ipywidgets）",
+    "# Colab draws ipywidgets 8 only through its custom widget manager":
+        "# Colab 只能通过它的自定义小部件管理器显示 ipywidgets 8",
+}
+
+
 def repository(root: Path = ROOT) -> str:
     """The repository's address, from pyproject.toml [project.urls] Repository (a GitHub URL)."""
     url = tomllib.loads((root / "pyproject.toml").read_text())["project"]["urls"]["Repository"].rstrip("/")
@@ -62,8 +71,11 @@ def badge(repo: str, notebook: str) -> str:
     return f"[![Open In Colab]({BADGE_IMAGE})]({colab_link(repo, notebook)})"
 
 
-def setup_source(repo: str) -> str:
-    return SETUP.format(repository=repo)
+def setup_source(repo: str, chinese: bool = False) -> str:
+    source = SETUP.format(repository=repo)
+    for english, translated in SETUP_COMMENTS_ZH.items() if chinese else ():
+        source = source.replace(english, translated)
+    return source
 
 
 def _with_badge(markdown: str, line: str) -> str:
@@ -90,7 +102,7 @@ def stamp_notebook(nb: nbformat.NotebookNode, name: str, repo: str) -> nbformat.
         setup = nbformat.v4.new_code_cell(id=TAG)
     for cell in stamped:
         cells.remove(cell)
-    source = setup_source(repo)
+    source = setup_source(repo, chinese=name.startswith("zh/"))
     if setup.source != source:
         setup.source, setup.outputs, setup.execution_count = source, [], None
     setup.metadata["tags"] = [TAG, *(t for t in setup.metadata.get("tags", []) if t != TAG)]

@@ -56,13 +56,15 @@ def test_the_notebook_opens_with_the_badge_and_the_setup_cell(path):
 
 
 @pytest.mark.parametrize("path", TWINS, ids=lambda p: "zh-" + p.stem)
-def test_a_chinese_notebook_opens_with_its_own_badge_and_the_same_setup_cell(path):
+def test_a_chinese_notebook_opens_with_its_own_badge_and_its_setup_cell(path):
     nb = nbformat.read(path, as_version=4)
     repo = colab.repository(ROOT)
     title = next(c for c in nb.cells if c.cell_type == "markdown")
     assert colab.badge(repo, "zh/" + path.name) in title.source.split("\n\n")[:2]
     assert colab.colab_link(repo, path.name) not in title.source  # not the English notebook's
-    assert setup_cell(nb).source == colab.setup_source(repo) and setup_cell(nb).outputs == []
+    setup = setup_cell(nb)
+    assert setup.source == colab.setup_source(repo, chinese=True) and setup.outputs == []
+    assert "# Colab 只能通过它的自定义小部件管理器" in setup.source  # the same code, its comments in Chinese
 
 
 def test_the_badge_links_to_the_notebook_in_colab():

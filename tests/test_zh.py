@@ -24,6 +24,7 @@ GLOSSARY = """| English | 中文 | 不要写作 | 说明 |
 | mask | 掩码 | 掩蔽、遮罩 | |
 | causal mask | 因果掩码 | | |
 | KV cache | KV 缓存 | 键值缓存 | |
+| grouped-query attention | 分组查询注意力 | 组查询注意力 | |
 """
 EN_MD = "# 01 · Masks\n\nA **causal mask** (因果掩码) hides the future: each token sees the tokens before it only."
 ZH_MD = "# 01 · 掩码\n\n**因果掩码**（causal mask）遮住未来：每个词元只看见它之前的词元。"
@@ -124,6 +125,16 @@ def test_a_glossary_variant_is_named_with_the_glossary_term(tree):
     edit(tree / "notebooks" / "zh" / "01_masks.ipynb", "title", source=lambda s: s.replace("遮住", "用遮罩遮住"))
     assert zh.check(tree) == ["01_masks.ipynb cell 1 (id title, markdown): '遮罩' for 'mask': the glossary writes "
                               "'掩码'"]
+
+
+def test_a_variant_inside_the_glossary_term_is_not_a_variant(tree):
+    twin = tree / "notebooks" / "zh" / "01_masks.ipynb"
+    edit(twin, "title", source=lambda s: s + "\n\n分组查询注意力也用这个掩码。")
+    zh.stamp(tree, "01_masks.ipynb", ["title"])
+    assert zh.check(tree) == []
+    edit(twin, "title", source=lambda s: s + "\n\n组查询注意力也用。")
+    assert zh.check(tree) == ["01_masks.ipynb cell 1 (id title, markdown): '组查询注意力' for 'grouped-query "
+                              "attention': the glossary writes '分组查询注意力'"]
 
 
 def test_a_chinese_term_in_an_english_notebook_must_be_the_glossary_term(tree):
