@@ -7,8 +7,9 @@
     python scripts/zh.py status          # one line per notebook: cells translated, stale, untranslated
     python scripts/zh.py new NAME        # start notebooks/zh/NAME as a copy of the English (nothing translated yet)
     python scripts/zh.py stamp NAME [ID ...]
-                                         # record that these cells (default: every cell that reads as translated)
-                                         # translate the English cells as they are now
+                                         # record that these cells translate the English cells as they are now
+                                         # (default: the cells never stamped that read as translated; a stale
+                                         # cell, once its translation is updated, is stamped by its id)
 
 Each Chinese notebook has the same cells as its English twin, in the same order, with the same ids. A cell's
 metadata "zh": {"en": HASH} records the hash of the English cell it translates (its source; for the first markdown
@@ -305,7 +306,7 @@ def new(root: Path, name: str) -> Path:
 
 
 def stamp(root: Path, name: str, ids: list[str]) -> list[str]:
-    """Record the English hash on the Chinese cells `ids` (default: every cell with no problem but its hash).
+    """Record the English hash on the Chinese cells `ids` (default: every cell never stamped that has no problem).
     Returns what was refused, with the reason."""
     en = nbformat.read(en_dir(root) / name, as_version=4)
     path = zh_dir(root) / name
@@ -315,6 +316,8 @@ def stamp(root: Path, name: str, ids: list[str]) -> list[str]:
     for z in zh.cells:
         if ids and z.get("id") not in ids:
             continue
+        if not ids and z.get("metadata", {}).get("zh", {}).get("en"):
+            continue  # stamped before: a stale cell is stamped again only by its id, once its translation is updated
         e = english.get(z.get("id"))
         if e is None:
             refused.append(f"{z.get('id')}: no English cell with this id")

@@ -149,6 +149,14 @@ def test_a_notebook_without_a_twin_is_named(tree):
     assert zh.check(tree)[0].startswith("02_more.ipynb: no Chinese twin in notebooks/zh/")
 
 
+def test_stamp_without_ids_leaves_a_stale_cell_stale(tree):
+    edit(tree / "notebooks" / "01_masks.ipynb", "title", source=lambda s: s.replace("only", "only, never after"))
+    assert zh.stamp(tree, "01_masks.ipynb", []) == []
+    assert "stale" in zh.check(tree)[0]  # the translation was not updated: stamping by id is a decision
+    zh.stamp(tree, "01_masks.ipynb", ["title"])
+    assert zh.check(tree) == []
+
+
 def test_stamp_refuses_a_cell_that_is_not_translated(tree):
     twin = tree / "notebooks" / "zh" / "01_masks.ipynb"
     edit(twin, "title", source=EN_MD, metadata={})
