@@ -79,13 +79,29 @@ def _is_directive(comment: str) -> bool:
     return comment.startswith("#|") or body.startswith(("NBVAL_", "noqa", "type:", "pragma", "fmt:"))
 
 
+def _split_magic(line: str) -> tuple[str, str]:
+    """An IPython magic or shell line (`%pip ...  # why`) as its command and its trailing comment ("" if none): a
+    `#` outside quotes after a space starts the comment."""
+    quote = None
+    for i, char in enumerate(line):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and i and line[i - 1].isspace():
+            return line[:i].rstrip(), line[i:]
+    return line.rstrip(), ""
+
+
 def _lines(source: str) -> tuple[str, list[str]]:
-    """The source with IPython's magic and shell lines (`%pip`, `!ls`) blanked, and those lines, for tokenize."""
+    """The source with IPython's magic and shell lines (`%pip`, `!ls`) made comments (their trailing comment kept as
+    one, for tokenize), and those lines' commands."""
     kept, magics = [], []
     for line in source.split("\n"):
         if line.lstrip().startswith(("%", "!")):
-            magics.append(line.strip())
-            kept.append("")
+            command, comment = _split_magic(line.strip())
+            magics.append(command)
+            kept.append(comment)
         else:
             kept.append(line)
     return "\n".join(kept), magics

@@ -93,6 +93,14 @@ def test_code_may_differ_in_comments_and_layout_only(tree):
                               "comments may)"]
 
 
+def test_a_magic_lines_comment_is_a_comment_and_its_command_is_code():
+    english = 'if x:\n    %pip install -q "a # b"  # the wheel alone: its dependencies are not needed\n'
+    chinese = 'if x:\n    %pip install -q "a # b"  # 只要这个 wheel：不需要它的依赖\n'
+    assert zh.code_tokens(english) == zh.code_tokens(chinese)
+    assert zh.comments(chinese) == ["# 只要这个 wheel：不需要它的依赖"]
+    assert zh.code_tokens(english) != zh.code_tokens(english.replace("-q ", ""))
+
+
 def test_a_directive_is_code_not_a_comment(tree):
     edit(tree / "notebooks" / "zh" / "01_masks.ipynb", "mask", source=lambda s: s.replace("#| export\n", ""))
     assert any("the code differs" in p for p in zh.check(tree))
