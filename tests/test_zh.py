@@ -204,6 +204,7 @@ def test_the_chinese_edition_is_in_step_with_the_english():
 
 def test_editing_an_english_cell_of_the_series_names_the_chinese_cell_to_update(tmp_path):
     shutil.copytree(ROOT / "notebooks", tmp_path / "notebooks")
+    shutil.copytree(ROOT / "benchmarks" / "results", tmp_path / "benchmarks" / "results")  # the tables' links
     path = tmp_path / "notebooks" / "03_bidirectional.ipynb"
     nb = nbformat.read(path, as_version=4)
     number, cell = next((n, c) for n, c in enumerate(nb.cells, 1) if c.cell_type == "markdown" and n > 3)
