@@ -18,6 +18,7 @@ cell, without the Colab badge, which differs by language). The check reports, na
 - cells added, removed or moved on one side only;
 - a cell never stamped, or stamped before its English cell last changed (stale: the English text moved on);
 - markdown that still reads as English, or a code comment that does;
+- headings of other levels or in another number, or other exercise numbers, than the English cell's;
 - a relative link that leads nowhere from notebooks/zh/;
 - a benchmark table (quoted by scripts/quote_bench.py, generated and the same in both languages) that differs;
 - code that differs other than in comments (compared token by token; `#|` directives and NBVAL markers are code);
@@ -202,6 +203,14 @@ def _without_terms(text: str, variant: str, terms: list[Term]) -> str:
     return text
 
 
+def _outline(markdown: str) -> tuple[list[int], list[str]]:
+    """What lets a reader switch language at any section: the levels of the cell's headings, in order, and the
+    exercise numbers it names in bold (**03.1 ...**)."""
+    text = re.sub(r"```.*?```", " ", markdown, flags=re.S)
+    return ([len(h) for h in re.findall(r"^(#{1,6}) ", text, flags=re.M)],
+            re.findall(r"\*\*(?:Exercise |练习 )?(\d\d\.\d+)\b", text))
+
+
 def _tables(markdown: str) -> list[str]:
     """The quoted benchmark tables, their relative links made equal (zh/ sits one folder deeper)."""
     return [re.sub(r"\((?:\.\./)+", "(", m.group(0)) for m in BENCH.finditer(markdown)]
@@ -253,6 +262,9 @@ def check_pair(name: str, en: nbformat.NotebookNode, zh: nbformat.NotebookNode, 
                 problems.append(f"{where}: reads as English: {run!r}")
             for target in broken_links(z.source, folder):
                 problems.append(f"{where}: the link {target!r} leads nowhere from notebooks/zh/")
+            if _outline(e.source) != _outline(z.source):
+                problems.append(f"{where}: its headings or exercise numbers differ from the English "
+                                f"({_outline(e.source)} in English, {_outline(z.source)} in Chinese)")
             if _tables(e.source) != _tables(z.source):
                 problems.append(f"{where}: its quoted benchmark table differs from the English: run `make quote-bench`")
         elif e.cell_type == "code":

@@ -129,6 +129,13 @@ def test_english_code_math_and_titles_inside_chinese_are_not_english_prose():
     assert zh.english_left(text) == []
 
 
+def test_a_heading_lost_or_changed_in_level_is_named(tree):
+    twin = tree / "notebooks" / "zh" / "01_masks.ipynb"
+    edit(twin, "title", source=lambda s: s.replace("# 01 · 掩码", "## 01 · 掩码"))
+    assert zh.check(tree) == ["01_masks.ipynb cell 1 (id title, markdown): its headings or exercise numbers differ "
+                              "from the English (([1], []) in English, ([2], []) in Chinese)"]
+
+
 def test_a_glossary_variant_is_named_with_the_glossary_term(tree):
     edit(tree / "notebooks" / "zh" / "01_masks.ipynb", "title", source=lambda s: s.replace("遮住", "用遮罩遮住"))
     assert zh.check(tree) == ["01_masks.ipynb cell 1 (id title, markdown): '遮罩' for 'mask': the glossary writes "
