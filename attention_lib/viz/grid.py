@@ -100,12 +100,12 @@ __all__ = ['THUMB', 'GRID_NOTE', 'PAGE_GRID', 'thumbnail', 'grid_svg', 'attach_g
 
 # %% ../../notebooks/06_visualisation.ipynb #a24v0004
 def attach_grid(widget):
-    """A hidden GridBox for the model view's thumbnails, put in the explorer's widget just above its picture."""
+    """A hidden GridBox for the model view's thumbnails, put in the explorer's widget under its picture (the title)."""
     import ipywidgets as widgets
 
     grid = widgets.GridBox(layout=widgets.Layout(display="none", grid_gap="4px", width="max-content"))
     grid.add_class("attn-grid-widget")
-    widget.children = (*widget.children[:-1], grid, widget.children[-1])
+    widget.children = (*widget.children, grid)
     return grid
 
 
