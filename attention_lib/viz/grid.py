@@ -121,12 +121,14 @@ def model_picture(explorer, values: dict, view: AttentionView) -> str:
     NH, shape = len(view.weights), (len(views), len(view.weights))
     if getattr(explorer, "_grid_shape", None) != shape:  # new buttons only when the kind changes the grid's shape
         cells = [widgets.HTML("")] + [widgets.HTML(f'<div style="text-align:center">head {h}</div>') for h in range(NH)]
+        size = {"width": f"{THUMB + 4}px", "height": f"{THUMB + 4}px", "padding": "0"}
+        look, style = widgets.Layout(**size), widgets.ButtonStyle()  # one of each, shared by every button
         explorer.grid_buttons = {}
         for i, v in enumerate(views):
             cells.append(widgets.HTML(f'<div style="line-height:{THUMB}px">layer {v.layer_index}</div>'))
             for h in range(NH):
-                button = widgets.Button(description="", tooltip=f"layer {v.layer_index}, head {h}: open it",
-                                        layout=widgets.Layout(width=f"{THUMB + 4}px", height=f"{THUMB + 4}px", padding="0"))
+                button = widgets.Button(description="", tooltip=f"layer {v.layer_index}, head {h}: open it", layout=look,
+                                        style=style)
                 button.add_class("attn-thumb")
                 button.add_class(f"attn-thumb-{i}-{h}")
                 button.on_click(lambda _, i=i, h=h: explorer.set(layer=i, head=h, view="weights"))

@@ -108,8 +108,12 @@ def neuron_svg(view: AttentionView, n: NeuronNumbers, title: str = "") -> str:
               _cells(left, top + 2 * cell + 12, cell, n.products, Normalize(-p, p), "q × k")]
     dot = float(n.products.sum())
     y = top + 3 * cell + 34
+    bias = float(n.bias[n.key])
     formula = (f"score = Σ q × k / √HS{' + ALiBi bias' * bool(n.bias.any())} = {dot:.3f} / √{HS}"
-               + f" + {float(n.bias[n.key]):.3f}" * bool(n.bias.any()) + f" = {n.score:.3f};  weight = softmax(row)[{kj}] = {float(n.weights[n.key]):.3f}")
+               + f" {'+' if bias >= 0 else '−'} {abs(bias):.3f}" * bool(n.bias.any())
+               + f" = {n.score:.3f};  weight = softmax(row)[{kj}] = {float(n.weights[n.key]):.3f}")
+    parts.append(f'<text x="{left + HS * cell + 12:.1f}" y="{top + cell / 2 + 4:.1f}" class="small">red +, blue −: q and k on '
+                 f'one scale (±{m:.2f}), q × k on its own (±{p:.2f})</text>')
     parts.append(f'<text x="{left}" y="{y}">{html.escape(formula)}</text>')
     y += 22
     parts.append(f'<text x="{left}" y="{y}" class="small">the softmax row of query {html.escape(qi)} (score, weight):</text>')
@@ -122,7 +126,7 @@ def neuron_svg(view: AttentionView, n: NeuronNumbers, title: str = "") -> str:
                      f'<text x="{left + 4}" y="{yj + 11}" class="small">{score}</text>'
                      f'<rect class="cell" x="{left + 70}" y="{yj}" width="{1 + 240 * w:.1f}" height="13" fill="{colours[j]}"'
                      f'{frame * mine}><title>{w:.4f}</title></rect><text x="{left + 320}" y="{yj + 11}" class="small">{w:.3f}</text>')
-    width, height = max(left + HS * cell + 20, left + 380, 8 + 6.5 * len(formula) + left), y + 16 + S_kv * 16
+    width, height = max(left + HS * cell + 300, left + 380, 8 + 6.5 * len(formula) + left), y + 16 + S_kv * 16
     return (f'<svg xmlns="http://www.w3.org/2000/svg" class="attn-pic attn-neuron" width="{width:.0f}" height="{height:.0f}" '
             f'viewBox="0 0 {width:.0f} {height:.0f}">{"".join(parts)}</svg>')
 
