@@ -1,4 +1,5 @@
-"""Every notebook runs in a bare, Colab-like runtime, widgets included; and the viz tests pass under ipywidgets 7.7.1.
+"""Every notebook runs in a bare, Colab-like runtime, widgets included; and the viz tests (test_viz, test_viz_recorded,
+test_viz_views) pass under ipywidgets 7.7.1.
 
 For each notebook, as a reader who opens it from the repository in Google Colab:
 - a fresh virtual environment that holds Colab's relevant preinstalled packages and nothing of ours (torch 2.13.0,
@@ -83,14 +84,17 @@ def clone(tmp_path_factory) -> Path:
 
 
 def test_viz_tests_pass_under_colabs_ipywidgets_7(base, base_versions, runs):
-    """tests/test_viz.py (the explorer driven from Python, and its display) in the Colab-like environment, with
+    """tests/test_viz.py (the explorer driven from Python, and its display), tests/test_viz_recorded.py and
+    tests/test_viz_views.py (bertviz's route: head_view and model_view show exactly the tensors passed in; the
+    sentence filter, the model view's buttons, the neuron view, the save button) in the Colab-like environment, with
     attention_lib from this working tree. (It asks for `runs` only to start the notebooks meanwhile.)"""
     python = str(base / "bin" / "python")
     # ipywidgets 7 warns on every widget that ipykernel.comm.Comm is deprecated: silenced, it is not ours
     command = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"]
     env = clean_env(PYTHONPATH=str(ROOT), MPLBACKEND="Agg")
     done = subprocess.run(
-        [*command, "tests/test_viz.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+        [*command, "tests/test_viz.py", "tests/test_viz_recorded.py", "tests/test_viz_views.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )
     summary = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -21,7 +21,7 @@ from attention_lib.viz.recorded import RecordedAttention, check_attention
 from attention_lib.viz.style import hex_colours, weights_norm
 from attention_lib.viz.svg import HEAD_COLOURS, MAX_LINES, RASTER_CELLS
 
-VIEWS = ("weights", "all heads", "lines", "overlay", "compare")
+VIEWS = ("weights", "all heads", "lines", "overlay", "compare", "model")  # no neuron view: no q and k
 
 
 def attentions(L: int, NH: int, S: int, S_kv: int | None = None, *, causal: bool = False, seed: int = 0, scale=2.0):
@@ -62,7 +62,7 @@ def test_head_view_and_model_view_take_bertvizs_arguments():
     assert (view.layer_index, view.head) == (2, 1) and torch.equal(view.weights, att[2][0])
     assert torch.equal(ex.compute(layer=2).weights, att[3][0])  # the third layer shown is the model's layer 3
     grid = model_view(att, ["[CLS]", "a", "b", "[SEP]"], include_heads=[2])
-    assert grid.controls["view"].value == "all heads" and grid.compute().head == 2
+    assert grid.controls["view"].value == "model" and grid.compute().head == 2
     gpt2 = head_view(att, ["Ġthe", "Ġcat", "Ġsat", "."])  # prettify_tokens: the word marks become spaces
     assert gpt2.compute().query_tokens == [" the", " cat", " sat", "."]
 
@@ -174,8 +174,11 @@ def test_wrong_tokens_and_arguments_are_refused_saying_what_was_expected():
             explore_attention(**kwargs)
     with pytest.raises(ValueError, match="html_action must be 'view' or 'return'"):
         head_view(att, "a b c d", html_action="show")
-    with pytest.raises(NotImplementedError, match="sentence_b_start"):
-        head_view(att, "a b c d", sentence_b_start=2)
+    with pytest.raises(ValueError, match=r"sentence_b_start must be .* in \[1, 3\] for 4 tokens, got 4"):
+        head_view(att, "a b c d", sentence_b_start=4)
+    with pytest.raises(ValueError, match="sentence_b_start goes with attention="):
+        head_view(cross_attention=attentions(1, 2, 3, 4), encoder_tokens="a b c d", decoder_tokens="x y z",
+                  sentence_b_start=1)
     with pytest.raises(TypeError, match="with recorded weights no layer is passed"):
         explore_attention(BidirectionalAttention(8, 2), attentions=att, tokens="a b c d")
     before = [a.clone() for a in att]

@@ -24,7 +24,9 @@ Modules: style (the rule), plots (matplotlib: plot_mask, plot_weights, plot_head
 svg (the browser's pictures: tables, all heads, lines; show_svg shows one as a notebook cell's output), views (what a
 layer did: KINDS, register_kind, attention_view; the kinds of GroupedQueryAttention: sliding window, ALiBi,
 grouped-query), explorer (explore_attention, AttentionExplorer), recorded (a model's recorded weights in the explorer,
-as bertviz takes them: head_view, model_view, explore_attention(attentions=..., tokens=...)).
+as bertviz takes them: head_view, model_view, explore_attention(attentions=..., tokens=...)), pairs (bertviz's
+sentence_b_start filter), grid (the model view: layers x heads thumbnails), neuron (q, k and q·k of one query and
+key), saving (the save-SVG button), page (the standalone page of save_html).
 """
 
 from __future__ import annotations

@@ -14,7 +14,10 @@ import torch
 from torch import nn
 
 from ..bidirectional import BidirectionalAttention
+from .grid import attach_grid
+from .pairs import PAIRS, check_sentence_b_start, sentence_pair
 from .plots import plot_heads, plot_view
+from .saving import save_button
 from .style import BIAS_LABEL, shows_mask, weights_norm
 from .svg import CSS, heads_svg, lines_svg, overlay_svg, table_svg
 from attention_lib.viz.views import (
@@ -27,12 +30,12 @@ from attention_lib.viz.views import (
     check_temperature,
 )
 
-VIEWS = ("weights", "all heads", "lines", "overlay", "compare")
+VIEWS = ("weights", "all heads", "lines", "overlay", "compare", "model", "neuron")
 TEMPERATURES = (0.1, 0.2, 0.25, 0.5, 1.0, 2.0, 4.0, 5.0, 10.0)
-ROWS = (("kind", "layer", "head", "layer_b", "head_b"), ("view",), ("tokens",), ("context_tokens",),
+ROWS = (("kind", "layer", "head", "layer_b", "head_b"), ("view",), ("pair", "query", "key"), ("tokens",), ("context_tokens",),
         ("pad", "pad_side", "temperature"))  # the controls, row by row
 ORDER = ("tokens", "context_tokens", "kind", "layer", "layer_b", "head", "head_b", "view", "pad", "pad_side",
-         "temperature")  # the order in which `set` sets them: each range follows those before it
+         "temperature", "pair", "query", "key")  # the order in which `set` sets them: each range follows those before it
 
 
 def _options(dropdown, n: int, labels: Sequence | None = None) -> None:
@@ -73,7 +76,10 @@ def _controls(kinds: Sequence[str], kind: str, view: str, tokens: str, context: 
     return {
         "kind": widgets.Dropdown(options=[(kind_labels[k], k) for k in kinds] if kind_labels else list(kinds), value=kind, description="kind", **look("240px")),
         "layer": choice("layer"), "head": choice("head"), "layer_b": choice("B: layer"), "head_b": choice("B: head"),
-        "view": widgets.ToggleButtons(options=list(VIEWS), value=view, description="view", **look("600px", "flex", button_width="80px")),
+        "view": widgets.ToggleButtons(options=list(VIEWS), value=view, description="view", **look("700px", "flex", button_width="80px")),
+        "pair": widgets.Dropdown(options=[(label, p) for p, label in PAIRS.items()], value="all", description="sentences",
+                                 **look("330px")),  # bertviz's filter of a sentence pair (sentence_b_start)
+        "query": choice("query"), "key": choice("key"),  # the neuron view's query and key
         "tokens": widgets.Text(value=tokens, description="tokens", **lazy, **look("600px")),
         "context_tokens": widgets.Text(value=context, description="context", **lazy, **look("600px")),
         "pad": widgets.IntSlider(value=0, min=0, max=0, description="padding", **lazy, **look("280px")),
@@ -154,7 +160,16 @@ class _Controls:
         c["pad"].max = 0 if fixed else max(0, self.max_len - typed)
         shown = {"layer": len(stack) > 1, "head": len(c["head"].options) > 1 and view not in ("all heads", "overlay"),
                  "layer_b": len(stack) > 1 and view == "compare", "head_b": view == "compare",
-                 "context_tokens": box == "context_tokens", "pad": c["pad"].max > 0, "pad_side": c["pad"].value > 0}
+                 "context_tokens": box == "context_tokens", "pad": c["pad"].max > 0, "pad_side": c["pad"].value > 0,
+                 "pair": self.sentence_b_start is not None and not kind.cross and view != "neuron",
+                 "query": view == "neuron", "key": view == "neuron"}
+        if view == "neuron":  # the query and key menus list the tokens the neuron view runs on
+            try:
+                seen = self.compute(pair="all")
+                for name, tokens in (("query", seen.query_tokens), ("key", seen.key_tokens)):
+                    _options(c[name], len(tokens), [f"{i}: {t}" for i, t in enumerate(tokens)])
+            except Exception:  # the message under the controls will say what is wrong with the input
+                pass
         for name, visible in shown.items():  # toggle buttons need "flex" to keep their label beside the buttons
             c[name].layout.display = ("flex" if name == "pad_side" else None) if visible else "none"
 
@@ -196,6 +211,18 @@ class _Pictures:
         title = f"{view.kind} · S = {S}" + f", S_kv = {S_kv}" * KINDS[view.kind].cross
         title += f" · NH = {len(view.weights)}, NKV = {len(view.weights) // view.groups}" * (view.groups > 1)
         title += f" · T = {view.temperature:g}" * (view.temperature != 1)
+        self.grid.layout.display = None if values["view"] == "model" else "none"  # the model view's thumbnails
+        if values["view"] == "model":  # every layer's heads as thumbnails; clicking one opens it (`viz.grid`)
+            from attention_lib.viz.grid import model_picture
+
+            return view, model_picture(self, values, view)
+        if values["view"] == "neuron":  # q, k and q × k of one query and key (`viz.neuron`)
+            from attention_lib.viz.neuron import neuron_numbers, neuron_svg
+
+            view, numbers = neuron_numbers(self, values["query"], values["key"], **{**values, "pair": "all"})
+            i, j = values["query"], values["key"]
+            return view, neuron_svg(view, numbers, f"{title} · {view.name()} · query {i} ({view.query_tokens[i]}) → "
+                                                   f"key {j} ({view.key_tokens[j]})" + " · q divided by T" * (view.temperature != 1))
         if values["view"] == "all heads":
             title += f" · layer {view.layer_index}" * (view.num_layers > 1)
             return view, heads_svg(view.weights, view.mask, q, k, weights_norm(view.weights), view.head, title,
@@ -216,9 +243,10 @@ class _Pictures:
         return view, table_svg(panels, q, k, weights_norm(view.head_weights), title, bias)
 
     def plot(self):
-        """The current picture, static (matplotlib): every head in the "all heads" view, else the selected head."""
+        """The current picture, static (matplotlib): every head of the layer in the "all heads", "overlay" and "model"
+        views, else the selected head."""
         view = self.compute()
-        if self.controls["view"].value in ("all heads", "overlay"):
+        if self.controls["view"].value in ("all heads", "overlay", "model"):
             return plot_heads(view.weights[None], view.query_tokens, view.key_tokens, mask=view.mask[None], groups=view.groups)
         return plot_view(view)
 
@@ -261,7 +289,8 @@ class _Display:
 
         c = self.controls
         views = [self.compute(layer=i) for i in range(len(self.stacks[c["kind"].value]))]  # the current kind's layers
-        start = {"layer": c["layer"].value, "head": c["head"].value, "view": "lines" * (c["view"].value == "lines") or "weights"}
+        start = {"layer": c["layer"].value, "head": c["head"].value,
+                 "view": c["view"].value if c["view"].value in ("lines", "model") else "weights"}
         return page_html(views, start)
 
     def save_html(self, path) -> Path:
@@ -272,13 +301,14 @@ class _Display:
 
     def save_image(self, path) -> Path:
         """Save the current picture as an image: ".svg", the SVG the explorer shows, its CSS inside; ".png", the
-        static picture of `plot` (matplotlib, 150 dpi). Returns the Path; another suffix is refused before anything
-        is written."""
+        static picture of `plot` (matplotlib, 150 dpi); in the model view, ".svg" is the whole grid of thumbnails
+        (`grid.grid_svg`). Returns the Path; another suffix is refused before anything is written."""
         path = Path(path)
         if path.suffix.lower() not in (".svg", ".png"):
             raise ValueError(f"save_image writes .svg or .png, got {path.name!r}")
         if path.suffix.lower() == ".svg":
-            path.write_text(self._body.replace(">", ">" + CSS, 1), encoding="utf-8")  # the CSS inside the <svg>
+            picture = self.grid_svg if self.controls["view"].value == "model" and self.grid_svg else self._body
+            path.write_text(picture.replace(">", ">" + CSS, 1), encoding="utf-8")  # the CSS inside the <svg>
         else:
             import matplotlib.pyplot as plt
 
@@ -329,7 +359,11 @@ class _Computing:
         view = self._run(kind.name, index, _weights_state(self.stacks[kind.name][index]), tuple(queries),
                          tuple(keys) if kind.cross else (), values["pad"], values["pad_side"], T)
         number = getattr(self.stacks[kind.name][index], "layer_number", index)  # a recorded layer: the model's number
-        return dataclasses.replace(view, head=values[head], num_layers=len(self.stacks[kind.name]), layer_index=number)
+        view = dataclasses.replace(view, head=values[head], num_layers=len(self.stacks[kind.name]), layer_index=number)
+        if self.sentence_b_start is None or values.get("pair", "all") == "all":
+            return view
+        b = self.sentence_b_start + values["pad"] * (values["pad_side"] == "left")  # left padding moves sentence B
+        return sentence_pair(view, check_sentence_b_start(b, len(view.query_tokens)), values["pair"])
 
     def _tokens(self, text, what: str) -> list[str]:
         return _step(f"tokenizing the {what}", self.tokenize, text) if isinstance(text, str) else list(text)
@@ -394,6 +428,8 @@ class AttentionExplorer(_Controls, _Pictures, _Display, _Computing, _Widget):
     tokens / context_tokens: a string or a list of str. tokenize: text -> tokens (default: split on spaces). embed /
     context_embed: tokens -> (S, C), or (num_layers, S, C) for a stack (default `word_vectors`). The tokens set S,
     padding adds [PAD] tokens, at most max_len. overlay_heads: the heads of the overlay view (default every head).
+    sentence_b_start: where sentence B starts in the tokens of a sentence pair (bertviz's): a "sentences" menu then
+    shows one block (A → A, A → B, B → A, B → B) or all.
     Start values as keywords: kind, view, layer, head, layer_b, head_b, pad, pad_side, temperature (seq_len and
     kv_len are accepted when they equal the lengths the tokens give). Show it as a cell's last expression."""
 
@@ -402,7 +438,8 @@ class AttentionExplorer(_Controls, _Pictures, _Display, _Computing, _Widget):
                  context_tokens: str | Sequence[str] = "le chat est assis sur le tapis", tokenize: Callable | None = None,
                  embed: Callable | None = None, context_embed: Callable | None = None, hidden_size: int = 32,
                  num_heads: int = 4, max_len: int = 16, seed: int = 0, kind_labels: dict[str, str] | None = None,
-                 context_kinds: Sequence[str] = (), overlay_heads: Sequence[int] = (), **start):
+                 context_kinds: Sequence[str] = (), overlay_heads: Sequence[int] = (), sentence_b_start: int | None = None,
+                 **start):
         if not kinds or any(k not in KINDS for k in kinds):
             raise ValueError(f"kinds must name one or more of {tuple(KINDS)}, got {kinds}")
         if isinstance(start.get("layer"), nn.Module | list | tuple | dict) and layer is None:
@@ -411,12 +448,20 @@ class AttentionExplorer(_Controls, _Pictures, _Display, _Computing, _Widget):
         self.stacks, self.tokenize, self.max_len = _stacks(layer, cross_layer, kinds, hidden_size, num_heads, max_len, seed), tokenize, max_len
         self.context_kinds = tuple(context_kinds)  # self-attention kinds whose tokens are the context's (an encoder's)
         self.overlay_heads = tuple(overlay_heads)  # the heads the overlay view draws (none given: every head)
+        self.sentence_b_start = check_sentence_b_start(sentence_b_start, len(self._tokens(tokens, "tokens")))
         self.embed, self.context_embed, self._run = _memo(embed), _memo(context_embed), functools.lru_cache(64)(self._compute)
         self._body, self._attrs, self._quiet, self.renders = "", {}, False, 0
         lengths = {name: start.pop(name) for name in ("seq_len", "kv_len") if name in start}
         self.controls = _controls(tuple(kinds), kind or kinds[0], view, tokens, context_tokens, start.get("temperature", 1.0),
                                   kind_labels)
+        if not any(callable(getattr(m, "_attend", None)) for s in self.stacks.values() for m in s):  # recorded weights
+            if view == "neuron":
+                raise ValueError("the neuron view shows the q and k a layer computes; recorded weights have none")
+            self.controls["view"].options = [v for v in VIEWS if v != "neuron"]  # (which resets the value)
+            self.controls["view"].value = view
         self.message, self.picture, self.widget = _boxes(self.controls)
+        self.grid, self.grid_svg = attach_grid(self.widget), ""  # the model view's thumbnails (`viz.grid`)
+        self.save_button = save_button(self)  # saves the picture shown as an SVG file (`viz.saving`)
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
         self.set(**start)  # checks each start value against its control's range, and draws once

@@ -9,6 +9,8 @@ import json
 import numpy as np
 from torch import Tensor
 
+from .grid import GRID_NOTE, PAGE_GRID
+from .saving import PAGE_SAVE
 from .style import HIDDEN, WEIGHTS_LABEL, palette
 from .svg import CSS, MAX_LINES
 
@@ -76,7 +78,7 @@ function draw() {
   const l = +$('attn-layer').value, h = +$('attn-head').value, view = $('attn-view').value;
   const w = D.weights[l][h], mask = D.masks[l];
   const title = `${D.kind} · layer ${D.layers[l]}, head ${h}`;
-  const [W, H, body, cls] = (view === 'lines' ? lines : table)(w, mask, D.queries, D.keys, title);
+  const [W, H, body, cls] = (view === 'lines' ? lines : view === 'model' ? grid : table)(w, mask, D.queries, D.keys, title, l, h);
   const pic = $('attn-picture');
   pic.innerHTML = `<svg xmlns="http://www.w3.org/2000/svg" class="attn-pic ${cls}" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}">${body}</svg>`;
   Object.assign(pic.dataset, {layer: D.layers[l], head: h, view, render: (+pic.dataset.render || 0) + 1});
@@ -92,23 +94,25 @@ draw();
 def page_html(views: list, start: dict) -> str:
     """One standalone HTML page of one kind's layers: its numbers, a script that draws them, the series' CSS; nothing
     from the network. views: the AttentionView of each layer (weights (NH, S, S_kv), mask (S, S_kv), tokens);
-    start: {"layer": index, "head": h, "view": "weights" or "lines"}. Controls: layer, head, view; hover as in the
+    start: {"layer": index, "head": h, "view": "weights", "lines" or "model"}. Controls: layer, head, view (the model
+    view: every layer's heads as thumbnails, a click opens one), a "save SVG" button; hover as in the
     notebook. Each weight is written as the shortest decimal that reads back as the same float32."""
     first = views[0]
     data = {"kind": first.kind, "layers": [v.layer_index for v in views], "queries": first.query_tokens,
             "keys": first.key_tokens, "masks": ["".join("01"[int(b)] for b in v.mask.flatten().tolist()) for v in views],
             "weights": [[_shortest(head) for head in v.weights] for v in views],  # L x NH x (S * S_kv,)
-            "palette": palette()[0], "hidden": HIDDEN, "label": WEIGHTS_LABEL, "maxLines": MAX_LINES, "start": start}
+            "palette": palette()[0], "hidden": HIDDEN, "label": WEIGHTS_LABEL, "maxLines": MAX_LINES, "start": start,
+            "gridNote": GRID_NOTE}
     payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")  # no "</script>" inside the data
     select = '<label>{0} <select id="attn-{1}">{2}</select></label> '
-    views_menu = "".join(f'<option value="{v}">{v}</option>' for v in ("weights", "lines"))
+    views_menu = "".join(f'<option value="{v}">{v}</option>' for v in ("weights", "lines", "model"))
     controls = (select.format("layer", "layer", "") + select.format("head", "head", "")
-                + select.format("view", "view", views_menu))
+                + select.format("view", "view", views_menu) + '<button id="attn-save">save SVG</button>')
     title = html.escape(f"attention: {first.kind}")
     return (f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{title}</title>{CSS}'
             '<style>body { font: 13px sans-serif; } label { margin-right: 12px; }</style></head>\n<body>'
             f'<div class="attn-controls">{controls}</div><div id="attn-picture" class="attn-picture"></div>\n'
-            f'<script type="application/json" id="attn-data">{payload}</script>\n<script>{SCRIPT}</script>'
+            f'<script type="application/json" id="attn-data">{payload}</script>\n<script>{SCRIPT}{PAGE_GRID}{PAGE_SAVE}</script>'
             "</body></html>\n")
 
 

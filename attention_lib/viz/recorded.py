@@ -215,7 +215,8 @@ def head_view(attention=None, tokens=None, sentence_b_start=None, prettify_token
               decoder_attention=None, cross_attention=None, encoder_tokens=None, decoder_tokens=None,
               include_layers: Sequence[int] | None = None, html_action: str = "view"):
     """bertviz's head_view, drawn by the explorer: the lines of one head of a Hugging Face model's
-    output_attentions (a tuple of L tensors (1, NH, S, S_kv)); the arguments mean what they mean in bertviz.
+    output_attentions (a tuple of L tensors (1, NH, S, S_kv)); the arguments mean what they mean in bertviz
+    (sentence_b_start: the "sentences" menu shows one block of a sentence pair, A → B, ..., or all).
     html_action="view" returns the explorer (shown as a cell's last expression), "return" an IPython HTML object
     of its picture as a standalone page (`AttentionExplorer.html`)."""
     return _bertviz("lines", attention, tokens, sentence_b_start, prettify_tokens, layer, heads, encoder_attention,
@@ -226,11 +227,11 @@ def model_view(attention=None, tokens=None, sentence_b_start=None, prettify_toke
                display_mode: str = "light", encoder_attention=None, decoder_attention=None, cross_attention=None,
                encoder_tokens=None, decoder_tokens=None, include_layers: Sequence[int] | None = None,
                include_heads: Sequence[int] | None = None, html_action: str = "view"):
-    """bertviz's model_view, drawn by the explorer: every head of a layer ("all heads"), the layer chosen in its menu.
-    Arguments as in `head_view`; include_heads: the head to open on is the first of them."""
+    """bertviz's model_view, drawn by the explorer: every layer's heads as thumbnails (the "model" view; clicking one
+    opens that head). Arguments as in `head_view`; include_heads: the head to open on is the first of them."""
     if display_mode not in ("light", "dark"):
         raise ValueError(f"display_mode must be 'light' or 'dark', got {display_mode!r}")
-    return _bertviz("all heads", attention, tokens, sentence_b_start, prettify_tokens, None, include_heads,
+    return _bertviz("model", attention, tokens, sentence_b_start, prettify_tokens, None, include_heads,
                     encoder_attention, decoder_attention, cross_attention, encoder_tokens, decoder_tokens,
                     include_layers, html_action)
 
@@ -240,9 +241,9 @@ def _bertviz(view, attention, tokens, sentence_b_start, prettify_tokens, layer, 
     """head_view and model_view: check what only they take, then the explorer of the recorded weights."""
     if html_action not in ("view", "return"):
         raise ValueError(f"html_action must be 'view' or 'return', got {html_action!r}")
-    if sentence_b_start is not None:  # bertviz's filter of a sentence pair (A -> B, ...): not drawn here
-        raise NotImplementedError("sentence_b_start (bertviz's sentence-pair filter) is not supported: the explorer "
-                                  "shows every query and key; leave it out")
+    if sentence_b_start is not None and attention is None:  # bertviz's filter cuts one sequence, a sentence pair
+        raise ValueError("sentence_b_start goes with attention= (the self-attention of a sentence pair), not with an "
+                         "encoder-decoder's attentions")
     def tidy(t):  # bertviz's prettify_tokens, on token lists
         return [_pretty(x) for x in t] if prettify_tokens and isinstance(t, list | tuple) else t
 
@@ -250,7 +251,7 @@ def _bertviz(view, attention, tokens, sentence_b_start, prettify_tokens, layer, 
              "cross_attention": cross_attention, "encoder_tokens": tidy(encoder_tokens),
              "decoder_tokens": tidy(decoder_tokens)}
     explorer = explore_recorded(attention=attention, tokens=tidy(tokens), layer=layer, heads=heads,
-                                include_layers=include_layers, view=view,
+                                include_layers=include_layers, view=view, sentence_b_start=sentence_b_start,
                                 **{k: v for k, v in given.items() if v is not None})
     if html_action == "view":
         return explorer
