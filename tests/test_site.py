@@ -8,9 +8,10 @@ error, and no raw TeX left (`$$`, `\\frac`, `\\sqrt`, `\\begin{` outside rendere
 Python repr; every internal link and anchor resolving. Then, page by page: the left table of contents, the in-page
 outline, the previous/next chain in reading order, code copy buttons, "Open in Colab" and "Download notebook" (which
 serves the committed notebook, byte for byte), the appendices folded under their headings (a link into one opens it),
-the exercises visible with their graders' calls, each explorer shown as its saved picture; and "KV cache" typed into
-the search field finds notebooks 04 and 08. A screenshot of each page goes to test-artifacts/site/, with the build
-time and the pages in build.json there.
+the exercises visible with their graders' calls; each explorer live (its standalone page in a frame) with its saved
+picture kept for readers without scripts, and one of them following a change of head, layer and view, with hover;
+and "KV cache" typed into the search field finds notebooks 04 and 08. A screenshot of each page goes to
+test-artifacts/site/, with the build time and the pages in build.json there.
 
 Without /usr/bin/chromium the test is skipped, unless ATTENTION_REQUIRE_BROWSER=1 (CI), which makes it fail.
 """
@@ -24,6 +25,7 @@ import shutil
 import threading
 import tomllib
 import urllib.parse
+from decimal import ROUND_HALF_UP, Decimal
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -143,10 +145,18 @@ READ_PAGE = """async () => {
     sections,
   };
   document.querySelectorAll('details').forEach((d) => { d.open = true; });
+  const frames = [...document.querySelectorAll('iframe.explorer-frame')];
+  const drawn = (f) => f.contentDocument?.querySelector('#attn-picture svg');
+  for (let t = 0; t < 100 && !frames.every(drawn); t++) await new Promise((done) => setTimeout(done, 100));
+  await new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)));  // frames fitted, opened
   found.explorers = [...document.querySelectorAll('.widget-static-explorer')].map((e) => {
-    const svg = e.querySelector('.attn-picture svg');
-    return {width: svg ? svg.getBoundingClientRect().width : 0,
-            controls: e.querySelectorAll('.widget-static-control').length};
+    const svg = e.querySelector('.attn-picture svg'), frame = e.closest('.explorer')?.querySelector('iframe');
+    const picture = frame?.contentDocument?.getElementById('attn-picture'), live = picture?.querySelector('svg');
+    return {width: svg ? svg.width.baseVal.value : 0, shown: e.getBoundingClientRect().height > 0,
+            controls: e.querySelectorAll('.widget-static-control').length,
+            live: frame ? {width: live ? live.getBoundingClientRect().width : 0, render: +picture.dataset.render,
+                           frame: frame.getBoundingClientRect().height,
+                           page: frame.contentDocument.documentElement.scrollHeight} : null};
   });
   return found;
 }"""
@@ -285,17 +295,121 @@ def test_a_link_into_an_appendix_opens_it(served, browser):
     offline.context.close()
 
 
-def test_explorers_show_their_saved_picture(crawl):
+def _explorer_count(name: str) -> int:
+    """The cells of notebook `name` that open an explorer and show it."""
+    nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    return sum(bool(re.search(r"\b(explore_attention|head_view|model_view)\(", "".join(c["source"]))) and any(
+        "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in c.get("outputs", []))
+        for c in nb["cells"])
+
+
+def test_explorers_are_live_and_keep_their_saved_picture(crawl):
+    """Each explorer runs its standalone page in a frame as tall as the page, in place of its saved picture, which
+    is still there (with its controls' values) for readers without scripts."""
     shown = {}
     for name, info in notebook_pages(crawl).items():
-        nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
-        explorers = sum(bool(re.search(r"\b(explore_attention|head_view|model_view)\(", "".join(c["source"]))) and any(
-            "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in c.get("outputs", []))
-            for c in nb["cells"])
         shown[name] = info["explorers"]
-        assert len(info["explorers"]) == explorers, (name, explorers, info["explorers"])
-        assert all(e["width"] > 100 and e["controls"] >= 3 for e in info["explorers"]), (name, info["explorers"])
+        assert len(info["explorers"]) == _explorer_count(name), (name, info["explorers"])
+        for e in info["explorers"]:
+            assert e["width"] > 100 and e["controls"] >= 3 and not e["shown"], (name, e)
+            live = e["live"]
+            assert live and live["render"] >= 1 and live["width"] > 100, (name, e)
+            assert live["page"] <= live["frame"] + 1, (name, e)  # nothing cut off, no scroll bar inside
     assert sum(len(e) for e in shown.values()) >= 8, shown
+
+
+def test_without_scripts_each_explorer_is_its_saved_picture(served, browser, crawl):
+    base, _ = served
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, java_script_enabled=False)
+    names = [name for name, info in notebook_pages(crawl).items() if info["explorers"]]
+    for name in names:
+        page = context.new_page()
+        page.goto(f"{base}notebooks/{name}.html", wait_until="load")
+        page.eval_on_selector_all("details", "ds => ds.forEach((d) => { d.open = true; })")
+        found = page.eval_on_selector_all(".explorer", """boxes => boxes.map((b) => ({
+          frames: b.querySelectorAll('iframe').length,
+          live: b.querySelector('.explorer-live').getBoundingClientRect().height,
+          picture: b.querySelector('.widget-static-explorer svg')?.getBoundingClientRect().width ?? 0}))""")
+        assert len(found) == _explorer_count(name), (name, found)
+        assert all(f["frames"] == 0 and f["live"] == 0 and f["picture"] > 100 for f in found), (name, found)
+        page.close()
+    context.close()
+    assert len(names) >= 6, names
+
+
+def _saved_page_data(name: str, index: int) -> dict:
+    """The numbers of the `index`-th explorer page saved in notebook `name`'s outputs (the attn-data JSON)."""
+    nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    pages = [o["metadata"]["attention_lib/explorer-page"] for c in nb["cells"] for o in c.get("outputs", [])
+             if "attention_lib/explorer-page" in o.get("metadata", {})]
+    payload = re.search(r'<script type="application/json" id="attn-data">(.*?)</script>', pages[index], re.S)
+    return json.loads(payload.group(1))
+
+
+def _cell_values(data: dict, layer: int, head: int) -> list[str]:
+    """What the table's cells of `layer`, `head` say on hover: each weight to 3 decimals as JavaScript's toFixed
+    rounds (a tie upwards), or "hidden"."""
+    weights, mask = data["weights"][layer][head], data["masks"][layer]
+    return [str(Decimal(w).quantize(Decimal("0.001"), ROUND_HALF_UP)) if m == "1" else "hidden"
+            for w, m in zip(weights, mask, strict=True)]
+
+
+def test_an_embedded_explorer_follows_the_reader(served, browser):
+    """On notebook 06's page, the explorer of MiniLM's layers: another head, another layer, the lines view; each
+    picture holds the numbers the notebook saved for that layer and head, and hovering shows a cell's or a token's
+    values. Offline, without a console error."""
+    base, _ = served
+    offline = Offline(browser, base)
+    page = offline.context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{base}notebooks/06_visualisation.html", wait_until="load")
+    page.wait_for_function("""() => [...document.querySelectorAll('iframe.explorer-frame')]
+      .every((f) => f.contentDocument?.querySelector('#attn-picture svg'))""")
+    frames = [h.content_frame() for h in page.query_selector_all("iframe.explorer-frame")]
+    datas = [json.loads(f.eval_on_selector("#attn-data", "e => e.textContent")) for f in frames]
+    index = next(i for i, d in enumerate(datas) if len(d["layers"]) > 1 and len(d["weights"][0]) > 1)
+    frame, data = frames[index], datas[index]
+    assert data == _saved_page_data("06_visualisation", index)  # the numbers the notebook saved, whole
+
+    def picture() -> dict:
+        return frame.eval_on_selector("#attn-picture", """p => ({...p.dataset,
+          title: p.querySelector('.title').textContent,
+          cells: [...p.querySelectorAll('rect.cell title')].map((t) => t.textContent.split(': ').pop())})""")
+
+    page.eval_on_selector_all("details", "ds => ds.forEach((d) => { d.open = true; })")  # an explorer may be folded
+    frame.select_option("#attn-view", "weights")  # the table, whichever view the explorer was saved in
+    before = picture()
+    head = (int(before["head"]) + 1) % len(data["weights"][0])
+    frame.select_option("#attn-head", str(head))
+    after = picture()
+    layer = data["layers"].index(int(after["layer"]))
+    assert (after["head"], after["view"], int(after["render"])) == (str(head), "weights", int(before["render"]) + 1)
+    assert after["title"].endswith(f"head {head}") and after["cells"] != before["cells"], (before, after)
+    assert after["cells"] == _cell_values(data, layer, head)
+
+    frame.select_option("#attn-layer", "1")
+    other = picture()
+    assert (other["layer"], other["head"]) == (str(data["layers"][1]), str(head)), other
+    assert other["cells"] == _cell_values(data, 1, head)
+
+    cell = frame.locator("rect.cell").first  # hover: the cell is outlined, its <title> holds its value
+    assert cell.evaluate("c => getComputedStyle(c).strokeWidth") != "2px"
+    cell.hover()
+    assert cell.evaluate("c => getComputedStyle(c).strokeWidth") == "2px"
+
+    frame.select_option("#attn-view", "lines")
+    assert picture()["view"] == "lines"
+    token = frame.locator(".by-k > g:has(line)").first  # hover a key: its lines and their values appear
+    visibility = "g => [...g.querySelectorAll('line, .val')].map((e) => getComputedStyle(e).visibility)"
+    hidden = token.evaluate(visibility)
+    assert hidden and set(hidden) == {"hidden"}, hidden
+    token.locator(".tok").hover()
+    assert set(token.evaluate(visibility)) == {"visible"}
+    page.screenshot(path=str(ARTIFACTS / "explorer_live_lines.png"))
+    assert not errors and not offline.foreign, (errors, offline.foreign)
+    offline.context.close()
 
 
 def test_search_finds_kv_cache(served, browser):

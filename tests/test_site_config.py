@@ -3,6 +3,7 @@ the GitHub Pages workflow, and the README's link to where the site lives (tests/
 
 from __future__ import annotations
 
+import html
 import importlib.util
 import json
 import re
@@ -69,6 +70,31 @@ def test_a_widget_output_becomes_its_saved_picture_and_controls(series):
     assert "<span>kind</span> causal" in markup and "<span>padding</span> 2" in markup
     assert "B: head" not in markup  # hidden when the notebook was saved
     assert "widgets" not in nb["metadata"]
+
+
+def test_an_explorer_saved_with_its_page_becomes_live_beside_its_static_copy(series):
+    """The page in the output's metadata (AttentionExplorer.html) is kept whole, escaped in a data- attribute that
+    series.js turns into a frame; the static copy stays for readers whose scripts are off."""
+    page = ('<!DOCTYPE html>\n<html><head><style>body { font: 13px "sans" }</style></head><body>'
+            '<script type="application/json" id="attn-data">{"queries":["a & b","<\\/s>"]}</script></body></html>\n')
+    notebook = _explorer_notebook()
+    (output,) = notebook["cells"][2]["outputs"]
+    output["metadata"] = {series.EXPLORER_PAGE: page}
+    nb = json.loads(series.adapt_notebook(json.dumps(notebook), "notebooks/00_recap", REPOSITORY))
+    (output,) = nb["cells"][2]["outputs"]
+    assert list(output["data"]) == ["text/html"] and series.EXPLORER_PAGE not in output["metadata"]
+    markup = output["data"]["text/html"]
+    live = re.search(r'<div class="explorer-live" hidden data-page="([^"]*)">', markup)
+    assert live and html.unescape(live.group(1)) == page
+    assert markup.index("explorer-live") < markup.index("widget-static-explorer")  # the frame first, then the copy
+    assert '<svg width="300"><rect/></svg>' in markup and "<span>padding</span> 2" in markup
+
+
+def test_an_explorer_without_its_page_and_a_widget_that_is_no_explorer_stay_static(series):
+    models = _explorer_notebook()["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    assert "explorer-live" not in series.explorer_output({"model_id": "box"}, models, None)
+    models["pic"]["state"]["value"] = "<b>a progress bar's text</b>"  # no attn-picture: not an explorer
+    assert "explorer-live" not in series.explorer_output({"model_id": "box"}, models, "<!DOCTYPE html>")
 
 
 def test_badge_links_markers_and_setup_cell(series):

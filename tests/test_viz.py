@@ -569,6 +569,39 @@ def test_the_explorer_displays_as_one_view_of_its_widget():
         InteractiveShell.clear_instance()
 
 
+def test_the_displayed_explorer_keeps_its_standalone_page_in_the_output_metadata():
+    """Under ipywidgets 8 the output's metadata holds `html()` (the page the website embeds), beside the widget's view;
+    input the explorer cannot show leaves the widget alone, without a page, instead of failing to display. Under
+    ipywidgets 7.7.1 (Colab's) a widget publishes its view itself, without the metadata: the widget alone."""
+    import ipywidgets
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.display import display
+    from IPython.utils.capture import capture_output
+
+    from attention_lib.viz.explorer import PAGE_METADATA
+
+    InteractiveShell.instance()  # display publishes through a shell
+    try:
+        ex = explore_attention(hidden_size=8, num_heads=2, kind="causal", head=1, pad=2)
+        with capture_output() as captured:
+            display(ex)
+        (out,) = captured.outputs
+        assert "application/vnd.jupyter.widget-view+json" in out.data
+        assert '"start":{"layer":0,"head":1' in ex.html()
+        if ipywidgets.__version__.startswith("7."):
+            assert PAGE_METADATA not in out.metadata
+        else:
+            assert out.metadata[PAGE_METADATA] == ex.html()
+        ex.controls["tokens"].value = " ".join(["a"] * 20)  # more than max_len = 16: the message says so
+        with capture_output() as captured:
+            display(ex)
+        (out,) = captured.outputs
+        assert "application/vnd.jupyter.widget-view+json" in out.data and PAGE_METADATA not in out.metadata
+        ex.close()
+    finally:
+        InteractiveShell.clear_instance()
+
+
 # ---------------------------------------------------------------- notebook 08's layers: windows, ALiBi, shared heads
 
 

@@ -56,7 +56,7 @@ def _memo(fn: Callable | None) -> Callable | None:
     return lambda tokens: remembered(tuple(tokens))
 
 # %% auto #0
-__all__ = ['VIEWS', 'TEMPERATURES', 'ROWS', 'ORDER', 'AttentionExplorer', 'explore_attention']
+__all__ = ['VIEWS', 'TEMPERATURES', 'ROWS', 'ORDER', 'PAGE_METADATA', 'AttentionExplorer', 'explore_attention']
 
 # %% ../../notebooks/06_visualisation.ipynb #fcf4e386
 def _controls(kinds: Sequence[str], kind: str, view: str, tokens: str, context: str, temperature: float,
@@ -383,6 +383,10 @@ class _Computing:
             torch.set_num_threads(threads)
 
 # %% ../../notebooks/06_visualisation.ipynb #8dceb191
+# The key, in a displayed explorer's output metadata, of its standalone page (`AttentionExplorer.html`).
+PAGE_METADATA = "attention_lib/explorer-page"
+
+
 class _Widget:
     """The explorer as a widget: a change of any control redraws; shown by `display`, closed with all its parts."""
 
@@ -411,10 +415,16 @@ class _Widget:
         close(self.widget)
 
     def _ipython_display_(self) -> None:
-        """Show the widget through `display`, which ipywidgets 7 (Colab's) and 8 both support."""
+        """Show the widget through `display`, which ipywidgets 7 (Colab's) and 8 both support. Under ipywidgets 8 the
+        output's metadata also holds the standalone page (`html`) under PAGE_METADATA: no frontend shows it, but a
+        saved notebook then keeps the numbers a reader without a kernel can explore (the series' website embeds it)."""
         from IPython.display import display
 
-        display(self.widget)
+        try:
+            page = {PAGE_METADATA: self.html()}
+        except ValueError:  # input the explorer cannot show, as its message says: the widget alone
+            page = {}
+        display(self.widget, metadata=page)
 
 # %% ../../notebooks/06_visualisation.ipynb #bad2667f
 class AttentionExplorer(_Controls, _Pictures, _Display, _Computing, _Widget):

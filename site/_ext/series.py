@@ -3,9 +3,11 @@
 - Each notebook is adapted as Sphinx reads it (the file on disk, which "Download notebook" serves, is untouched):
   - an ipywidgets output becomes static HTML drawn from the widget state the notebook saved: the explorer's picture
     (its SVG, as the last run left it), its controls' values as text, a progress bar as its text. Without this a page
-    would show the widget's Python repr, or an empty box waiting for a kernel. `widget_html` is the one place where a
-    widget output becomes HTML: an explorer's standalone interactive export would be included there, beside the
-    static picture, which stays for readers whose scripts are off.
+    would show the widget's Python repr, or an empty box waiting for a kernel (`widget_html`).
+  - an explorer whose output carries its standalone page (`AttentionExplorer.html`, which the explorer puts in its
+    output's metadata when displayed) becomes live: the page is kept in a data- attribute, and _static/series.js
+    shows it in an <iframe srcdoc> (its own styles, its own script) in place of the static picture, which stays for
+    readers whose scripts are off (`explorer_output`).
   - the "Open In Colab" badge, an image served by Colab, becomes a plain link (the page header has Colab's button too);
   - a link to a file of the repository that is not on the site (a recorded benchmark run) points to the repository;
   - the setup cell's code is folded (it installs the package in Colab; a reader of the site needs its output only);
@@ -31,6 +33,9 @@ from docutils import nodes
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+# attention_lib.viz.explorer.PAGE_METADATA: where a displayed explorer's output keeps its standalone page. Written
+# out here, as the site is built from the notebooks alone.
+EXPLORER_PAGE = "attention_lib/explorer-page"
 COLAB_BADGE = re.compile(r"\[!\[Open In Colab\]\(https://colab\.research\.google\.com/assets/colab-badge\.svg\)\]\(([^)]+)\)")
 APPENDIX = re.compile(r"^Appendix\b")
 # A Markdown link whose target is a relative path (no scheme, no anchor of this page).
@@ -101,6 +106,21 @@ def static_widget_output(view: dict, models: dict) -> str:
     return markup
 
 
+def explorer_output(view: dict, models: dict, page: str | None) -> str:
+    """The HTML of a widget output: its static copy (`static_widget_output`), and for an explorer whose standalone
+    `page` the notebook saved, that page too, held escaped in a data- attribute (hidden: series.js makes it a live
+    <iframe> and hides the static copy; without scripts the static copy is what a reader sees)."""
+    markup = static_widget_output(view, models)
+    if not page or not _is_explorer(markup):
+        return markup
+    note = ('<p class="explorer-live-note">The explorer runs in this page on the numbers the notebook computed: '
+            "change the layer, the head or the view (weights, lines; hover a cell or a token for its values). Its "
+            "other controls (kind, tokens, padding, temperature) need the notebook: Jupyter, or Colab with the button "
+            "at the top of this page.</p>")
+    live = f'<div class="explorer-live" hidden data-page="{html.escape(page, quote=True)}">{note}</div>'
+    return f'<div class="explorer">{live}{markup}</div>'
+
+
 def repository_link(target: str, docname: str, repository: str) -> str:
     """The address in the repository of `target`, a path relative to the notebook `docname` (a file outside the site;
     links between notebooks stay as they are)."""
@@ -129,7 +149,8 @@ def adapt_notebook(text: str, docname: str = "notebooks/notebook", repository: s
             for output in cell.get("outputs", []):
                 data = output.get("data", {})
                 if WIDGET_VIEW in data:
-                    markup = static_widget_output(data[WIDGET_VIEW], models)
+                    page = output.get("metadata", {}).pop(EXPLORER_PAGE, None)
+                    markup = explorer_output(data[WIDGET_VIEW], models, page)
                     output["data"] = {"text/html": markup} if markup else {"text/plain": ""}
         cell["source"] = source
     return json.dumps(nb)
