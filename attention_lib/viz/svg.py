@@ -17,12 +17,16 @@ from .style import HIDDEN, MAY_ATTEND, WEIGHTS_LABEL, hex_colours, ink, levels, 
 
 FONT, SMALL = 12, 10  # px: labels and titles; values and ticks (pictures are shown at their size, never scaled)
 MAX_LINES = 2000  # the lines picture draws at most this many lines: each query's strongest
-RASTER_CELLS = 6000  # a picture of more cells draws each table as one image (a <rect> per cell would be megabytes)
+RASTER_CELLS = 2048  # a picture of more cells draws each table as one image: a <rect> and a tooltip per cell is slow
+# for the browser to show (one 64 x 64 head as elements took Chromium many times longer than as an image)
+# The hidden parts of the lines picture (the values, the keys' copies of the lines) are display: none, not visibility:
+# hidden: the browser lays out none of their thousands of elements until a hover shows one token's (at S = 64 this
+# about halved the time Chromium took to show a new lines picture).
 CSS = """<style>.attn-pic text { font: 12px sans-serif; fill: #222; } .attn-pic .small { font-size: 10px; }
 .attn-pic .title { font-weight: bold; } .attn-pic rect.cell:hover { stroke: #111; stroke-width: 2; }
-.attn-lines line { pointer-events: none; } .attn-lines .val, .attn-lines .by-k line { visibility: hidden; }
-.attn-lines .by-k > g:hover line, .attn-lines .by-k > g:hover .val, .attn-lines .by-q > g:hover .val { visibility: visible; }
-.attn-lines .by-k:hover ~ .by-q line, .attn-lines .by-q:hover > g:not(:hover) line { visibility: hidden; }
+.attn-lines line { pointer-events: none; } .attn-lines .val, .attn-lines .by-k line { display: none; }
+.attn-lines .by-k > g:hover line, .attn-lines .by-k > g:hover .val, .attn-lines .by-q > g:hover .val { display: inline; }
+.attn-lines .by-k:hover ~ .by-q line, .attn-lines .by-q:hover > g:not(:hover) line { display: none; }
 .attn-lines g:hover > .tok { font-weight: bold; } .attn-stale svg { opacity: 0.35; }</style>"""
 
 
