@@ -17,9 +17,10 @@ the input event to the first animation frame after the new picture reached the p
 
 Long inputs: recorded weights (`explore_attention(attentions=...)`, seeded random softmax weights, 12 heads, 2
 layers) at S = 64 and S = 512. Python: the time to open the explorer (its first picture drawn), each view's HTML size
-and a head change in each view. Browser: a notebook per length, each in a JupyterLab of its own; the time from "run
-all" to the first picture painted (the kernel's start excluded: it runs after the kernel is idle; the import of torch
-and attention_lib included) and a head change in the weights and lines views, timed as above.
+and a head change in each view. Browser: a notebook per length, each in a JupyterLab of its own; the explorer's
+opening, from the call of explore_attention (the weights already made) to its first picture painted, and from "run
+all" to the same picture (the kernel's start excluded: it runs after the kernel is idle; the import of torch and
+attention_lib included); then a head change in the weights and lines views, timed as above.
 
 Times are medians with the 25th-75th percentiles and the maximum, in milliseconds; the environment is printed first.
 """
@@ -134,6 +135,8 @@ def long_explorer(S: int):
 
 
 def python_long(repeats: int) -> list[str]:
+    from attention_lib.viz.explorer import VIEWS
+
     lines = ["Python: recorded weights, 12 heads, 2 layers: open (first picture drawn), each view's HTML and a head "
              "change (ms)"]
     for S in LONG:
@@ -143,7 +146,7 @@ def python_long(repeats: int) -> list[str]:
             explorer = long_explorer(S)
             opened.append((time.perf_counter() - started) * 1000)
         lines.append(f"  S = {S:3d}  open                        {summary(opened)}")
-        for view in ("weights", "all heads", "lines", "compare"):
+        for view in VIEWS:
             explorer.set(view=view, head=0)
             size = len(explorer.picture.value.encode()) / 1e6
             times = time_python(explorer, {"head": 1}, {"head": 2}, max(4, repeats // (1 + 3 * (S > 64))), False)
@@ -215,7 +218,7 @@ def browser_part(repeats: int) -> list[str]:
         "padding (slider, key)": lambda page, i: slide(page, "padding", ("ArrowRight", "ArrowLeft")[i % 2]),
         "tokens (typed, Enter)": lambda page, i: type_text(page, "tokens", texts[i]),
         "view (toggle buttons)": lambda page, i: press(page, "view", views[i % 4]),
-        "cross: head (dropdown)": lambda page, i: choose(page, "head", "12"[i % 2]),
+        "cross: head (dropdown)": lambda page, i: choose(page, "head", other_head(page)),  # from the head row's last
     }
     rows: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp, jupyter_lab(Path(tmp), {"explorer.ipynb": BROWSER_SOURCE}) as lab:
@@ -233,28 +236,58 @@ def browser_part(repeats: int) -> list[str]:
     return lines + [f"  {'every change':28s} {summary(every)}   ({len(every)} changes)"]
 
 
+# The browser's notebook: LONG_SOURCE with the time the explorer is called written to a file beside the notebook, so
+# that its opening is timed from there (the weights already in memory, as a reader's earlier cell made them).
+MARK_OPENING = 'Path("opened_at").write_text(repr(time.time()))  # when explore_attention is called\n'
+
+
+def long_notebook(S: int) -> str:
+    call = "explorer = explore_attention"
+    source = LONG_SOURCE.format(S=S).replace(call, MARK_OPENING + call)
+    return "import time\nfrom pathlib import Path\n\n" + source
+
+
+def other_head(page) -> str:
+    """Head "1" or "2", whichever the picture does not show: an odd number of changes in one view leaves head 1 shown,
+    and choosing it again in the next view would be no change at all (no event, no picture to wait for)."""
+    from browser import read_state
+
+    return "2" if read_state(page)["head"] == "1" else "1"
+
+
 def browser_long(repeats: int) -> list[str]:
     from browser import act, choose, chromium, jupyter_lab, open_notebook, press, wait_for_picture
 
-    lines = ["Browser: recorded weights, 12 heads, JupyterLab + Chromium: run all to the first picture painted, and a "
+    lines = ["Browser: recorded weights, 12 heads, JupyterLab + Chromium: the explorer's opening (from the call of "
+             "explore_attention to its first picture painted; and from run all, the kernel's imports included), and a "
              "head change (ms)"]
     for S in LONG:  # a server of its own per length: JupyterLab reopens the notebooks of its last session
-        notebook = {"long.ipynb": LONG_SOURCE.format(S=S)}
-        with tempfile.TemporaryDirectory() as tmp, jupyter_lab(Path(tmp), notebook) as lab:
+        with tempfile.TemporaryDirectory() as tmp, jupyter_lab(Path(tmp), {"long.ipynb": long_notebook(S)}) as lab:
             with chromium() as browser:
-                page = open_notebook(browser, lab, "long.ipynb")
-                started = time.perf_counter()  # "run all" was clicked just before
-                wait_for_picture(page, lambda s: s["view"] == "weights", timeout=300)
-                lines.append(f"  S = {S:3d}  open (run all to painted)   {(time.perf_counter() - started) * 1000:7.1f}")
+                closed: list[str] = []  # websockets that closed while the page was open: said if a change is lost
+                page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                page.on("websocket", lambda ws, closed=closed: ws.on("close", lambda *_: closed.append(ws.url)))
+                page = open_notebook(browser, lab, "long.ipynb", page=page)
+                started = time.time()  # "run all" was clicked just before
+                state = wait_for_picture(page, lambda s: s["view"] == "weights", timeout=300)
+                called = float((Path(tmp) / "root" / "opened_at").read_text())
+                lines.append(f"  S = {S:3d}  open (explore_attention to painted)   "
+                             f"{state['painted_at_ms'] - called * 1000:7.1f}")
+                lines.append(f"  S = {S:3d}  open (run all to painted)              "
+                             f"{state['painted_at_ms'] - started * 1000:7.1f}")
                 count = max(4, repeats // (1 + 3 * (S > 64)))  # fewer changes at S = 512, where each takes longer
                 for view in ("weights", "lines"):  # it opens on the weights
                     if view != "weights":
                         act(page, lambda page=page, view=view: press(page, "view", view),
                             lambda s, view=view: s["view"] == view, timeout=120)
-                    times = [act(page, lambda page=page, i=i: choose(page, "head", "12"[i % 2]),
-                                 lambda s: s["stale"] == "0", timeout=120)["latency_ms"] for i in range(count)]
-                    lines.append(f"  S = {S:3d}  {view:9s} head (dropdown)   {summary(times)}")
-                print(*lines[-3:], sep="\n", flush=True)
+                    try:  # head 1 or 2, whichever is not shown: choosing the shown one changes nothing
+                        times = [act(page, lambda page=page: choose(page, "head", other_head(page)),
+                                     lambda s: s["stale"] == "0", timeout=120)["latency_ms"] for _ in range(count)]
+                    except AssertionError as error:
+                        raise AssertionError(f"S = {S}, {view}: {error}; websockets closed meanwhile: "
+                                             f"{[url.split('?')[0] for url in closed] or 'none'}") from None
+                    lines.append(f"  S = {S:3d}  {view:9s} head (dropdown)              {summary(times)}")
+                print(*lines[-4:], sep="\n", flush=True)
     return lines
 
 

@@ -45,26 +45,28 @@ CHROMIUM_ARGS = [
 # the time of the first animation frame after each new picture (its data-render) reaches the page.
 TIMING = """() => {
   if (window.__attn) return;
-  const state = window.__attn = {input: null, painted: {}};
+  const state = window.__attn = {input: null, painted: {}, painted_at: {}};
   for (const type of ['change', 'click', 'keydown', 'input'])
     document.addEventListener(type, (e) => { if (e.isTrusted || type !== 'input') state.input = e.timeStamp; }, true);
   new MutationObserver(() => {
     for (const pic of document.querySelectorAll('.attn-picture')) {
       const key = pic.dataset.render + '/' + pic.dataset.stale;
       if (!(key in state.painted)) { state.painted[key] = null; const from = state.input;
-        requestAnimationFrame(() => { state.painted[key] = performance.now() - (from ?? performance.now()); }); }
+        requestAnimationFrame(() => { state.painted[key] = performance.now() - (from ?? performance.now());
+                                      state.painted_at[key] = Date.now(); }); }
     }
   }).observe(document.body, {childList: true, subtree: true});
 }"""
 
-# What the page shows: the picture's data- attributes, the message, how long the last change took to be painted.
+# What the page shows: the picture's data- attributes, the message, how long the last change took to be painted, and
+# when (painted_at_ms: the wall clock, milliseconds since the epoch, comparable with Python's time.time()).
 READ_STATE = """() => {
   const pics = document.querySelectorAll('.attn-picture');
   if (pics.length !== 1) return null;
   const pic = pics[0], message = document.querySelector('.attn-message');
   const key = pic.dataset.render + '/' + pic.dataset.stale;
   return {...pic.dataset, message: message ? message.textContent : '', latency_ms: window.__attn?.painted[key] ?? null,
-          width: pic.getBoundingClientRect().width};
+          painted_at_ms: window.__attn?.painted_at[key] ?? null, width: pic.getBoundingClientRect().width};
 }"""
 
 
@@ -221,9 +223,14 @@ def read_state(page) -> dict | None:
 
 
 def wait_for_picture(page, condition: Callable[[dict], bool], timeout: float = 60) -> dict:
-    """The picture's state once `condition` holds and the time it took to be painted is known."""
-    return wait_until("the explorer's picture", lambda: (s := read_state(page)) and s["latency_ms"] is not None
-                      and condition(s) and s, timeout)
+    """The picture's state once `condition` holds and the time it took to be painted is known; on a timeout the
+    error shows the page's last state (the picture's data- attributes, its message), not just that it was not it."""
+    try:
+        return wait_until("the explorer's picture", lambda: (s := read_state(page)) and s["latency_ms"] is not None
+                          and condition(s) and s, timeout)
+    except AssertionError as error:
+        state = {k: v for k, v in (read_state(page) or {}).items() if k not in ("mask", "digest")}
+        raise AssertionError(f"{error}; the page shows {state}") from None
 
 
 def act(page, action: Callable[[], None], condition: Callable[[dict], bool], timeout: float = 30) -> dict:

@@ -55,10 +55,10 @@ explorer"""
 # Which lines are visible, by the browser's own CSS, in each token group of the lines picture.
 VISIBLE_LINES = """() => {
   const count = (sel) => Array.from(document.querySelectorAll(sel)).map(
-    (g) => Array.from(g.querySelectorAll('line')).filter((l) => getComputedStyle(l).visibility === 'visible').length);
+    (g) => Array.from(g.querySelectorAll('line')).filter((l) => l.checkVisibility({visibilityProperty: true})).length);
   return {queries: count('.attn-lines .by-q > g'), keys: count('.attn-lines .by-k > g'),
           values: Array.from(document.querySelectorAll('.attn-lines .val')).filter(
-            (t) => getComputedStyle(t).visibility === 'visible').length};
+            (t) => t.checkVisibility({visibilityProperty: true})).length};
 }"""
 
 

@@ -17,7 +17,7 @@ TOKENS = "the cat sat on the warm mat".split()
 STATE = "() => ({...document.getElementById('attn-picture').dataset})"
 TITLES = "() => Array.from(document.querySelectorAll('#attn-picture rect.cell title')).map((t) => t.textContent)"
 VISIBLE = """() => Array.from(document.querySelectorAll('.attn-lines .by-q > g')).map((g) =>
-  Array.from(g.querySelectorAll('line')).filter((l) => getComputedStyle(l).visibility === 'visible').length)"""
+  Array.from(g.querySelectorAll('line')).filter((l) => l.checkVisibility({visibilityProperty: true})).length)"""
 
 
 def test_a_saved_page_works_from_disk_offline(tmp_path):

@@ -17,9 +17,10 @@ from PIL import Image
 
 from attention_lib import BidirectionalAttention
 from attention_lib.viz import explore_attention, head_view, model_view
+from attention_lib.viz.explorer import _mask_text
 from attention_lib.viz.recorded import RecordedAttention, check_attention
-from attention_lib.viz.style import hex_colours, weights_norm
-from attention_lib.viz.svg import HEAD_COLOURS, MAX_LINES, RASTER_CELLS
+from attention_lib.viz.style import HIDDEN, hex_colours, levels, weights_norm
+from attention_lib.viz.svg import HEAD_COLOURS, MAX_LINES, RASTER_CELLS, raster, strongest
 
 VIEWS = ("weights", "all heads", "lines", "overlay", "compare", "model")  # no neuron view: no q and k
 
@@ -220,6 +221,72 @@ def test_a_picture_of_many_cells_is_an_image_of_the_same_colours():
         pixels = np.asarray(Image.open(io.BytesIO(base64.b64decode(images[h]))).convert("RGB"))  # (S, S, 3)
         expected = [tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in hex_colours(w[h], norm)]
         assert [tuple(p) for p in pixels.reshape(-1, 3).tolist()] == expected
+
+
+def image_pixels(picture: str) -> list[np.ndarray]:
+    """The (S, S_kv, 3) RGB pixels of each table drawn as an image in an SVG picture."""
+    images = re.findall(r'href="data:image/png;base64,([^"]+)"', picture)
+    return [np.asarray(Image.open(io.BytesIO(base64.b64decode(data))).convert("RGB")) for data in images]
+
+
+def image_mode(picture: str) -> str:
+    """The PIL mode of the first image in an SVG picture: "P" for a palette, "RGB"."""
+    return Image.open(io.BytesIO(base64.b64decode(re.search(r'href="data:image/png;base64,([^"]+)"', picture)[1]))).mode
+
+
+def rgb(hexes: list[str]) -> list[tuple[int, int, int]]:
+    return [tuple(int(c[i:i + 2], 16) for i in (1, 3, 5)) for c in hexes]
+
+
+def test_one_head_of_64_tokens_is_an_image_of_its_colours_hidden_cells_grey():
+    att = attentions(1, 12, 64, causal=True, seed=3)  # a decoder's: the upper triangle hidden
+    assert 64 * 64 > RASTER_CELLS
+    ex = explore_attention(attentions=att, tokens=[f"t{i}" for i in range(64)], head=5)
+    assert ex.compute().kind == "causal" and '<rect class="cell"' not in ex.picture.value
+    w, mask = att[0][0, 5], ex.compute().mask  # (S, S) each
+    pixels = image_pixels(ex.picture.value)[-1]  # the weights, after the mask's table
+    expected = [HIDDEN if not m else c for c, m in zip(hex_colours(w, weights_norm(w[mask])), mask.flatten().tolist(),
+                                                      strict=True)]
+    assert [tuple(p) for p in pixels.reshape(-1, 3).tolist()] == rgb(expected)
+
+
+def test_an_image_of_more_than_256_colours_keeps_every_colour_exact():
+    """A palette PNG holds 256 colours: all 256 steps of the scale plus the hidden grey need RGB, still exact."""
+    w = torch.arange(512.0).reshape(16, 32) / 511  # (S, S_kv): every step of the scale appears
+    mask = torch.ones(16, 32, dtype=torch.bool)
+    mask[0, 1] = False  # and the hidden grey
+    picture = raster(0, 0, 4, w, mask, weights_norm(w))
+    pixels = image_pixels(picture)[0]
+    expected = [HIDDEN if not m else c for c, m in zip(hex_colours(w, weights_norm(w)), mask.flatten().tolist(),
+                                                      strict=True)]
+    assert image_mode(picture) == "RGB" and [tuple(p) for p in pixels.reshape(-1, 3).tolist()] == rgb(expected)
+    few = raster(0, 0, 4, w[:, :8], mask[:, :8], weights_norm(w))  # fewer colours: a palette image, as exact
+    assert image_mode(few) == "P"
+    assert [tuple(p) for p in image_pixels(few)[0].reshape(-1, 3).tolist()] == rgb(
+        [HIDDEN if not m else c for c, m in zip(hex_colours(w[:, :8], weights_norm(w)), mask[:, :8].flatten().tolist(),
+                                                strict=True)])
+
+
+def test_the_lines_drawn_are_each_querys_strongest_by_the_rule_written_out():
+    """`strongest` (one sort in torch) against the rule as plain Python: each query's visible weights at 2 % of the
+    scale or more, its k largest (ties: the later key), all of them ordered by (weight, n)."""
+    g = torch.Generator().manual_seed(5)
+    for S, S_kv, k in ((7, 9, 3), (40, 25, 4), (6, 6, 10)):
+        w = (torch.randn(S, S_kv, generator=g) * 2).softmax(-1)
+        w[:, :3] = w[:, 2:3]  # ties
+        mask = torch.rand(S, S_kv, generator=g) > 0.3
+        level = levels(w, weights_norm(w[mask]))
+        flat, shown = w.flatten().tolist(), mask.flatten().tolist()
+        rows = [sorted((n for n in range(i * S_kv, (i + 1) * S_kv) if shown[n] and level[n] >= 0.02),
+                       key=lambda n: (flat[n], n)) for i in range(S)]
+        drawn, count, cut = strongest(w, mask, level, k)
+        assert drawn == sorted((n for row in rows for n in row[-k:]), key=lambda n: (flat[n], n))
+        assert count == sum(map(len, rows)) and cut == any(len(row) > k for row in rows)
+
+
+def test_the_mask_attribute_is_the_mask_row_by_row():
+    mask = torch.rand(33, 17, generator=torch.Generator().manual_seed(0)) > 0.5
+    assert _mask_text(mask) == "/".join("".join("01"[v] for v in row) for row in mask.int().tolist())
 
 
 def test_the_picture_exports_as_a_standalone_page_and_as_images(tmp_path):

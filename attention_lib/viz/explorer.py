@@ -10,8 +10,9 @@ import html
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from ..bidirectional import BidirectionalAttention
 from .grid import attach_grid
@@ -251,6 +252,15 @@ class _Pictures:
         return plot_view(view)
 
 # %% ../../notebooks/06_visualisation.ipynb #ca7514e6
+def _mask_text(mask: Tensor) -> str:
+    """The mask (S, S_kv) as rows of 0 and 1 joined by "/", e.g. "100/110/111": one byte a cell, built in numpy (a
+    Python loop over 512 x 512 cells took longer than the picture)."""
+    S, S_kv = mask.shape
+    table = np.full((S, S_kv + 1), ord("/"), dtype=np.uint8)  # each row, then its "/"
+    table[:, :S_kv] = ord("0") + mask.numpy().astype(np.uint8)
+    return table.tobytes()[:-1].decode("ascii")  # the last row's "/" dropped
+
+
 class _Display:
     """How the explorer shows its picture, with data- attributes that tests in a browser read, or a message for input
     it cannot show."""
@@ -276,7 +286,7 @@ class _Display:
                        "kv-len": len(view.key_tokens), "pad": c["pad"].value, "pad-side": c["pad_side"].value,
                        "temperature": f"{view.temperature:g}", "groups": view.groups, "bias": int(view.bias is not None),
                        "render": self.renders,
-                       "mask": "/".join("".join("01"[v] for v in row) for row in view.mask.int().tolist()),
+                       "mask": _mask_text(view.mask),
                        "digest": hashlib.sha256(body.encode()).hexdigest()[:16]}
         self._show(body)
         return view

@@ -3,9 +3,11 @@
 # %% ../../notebooks/06_visualisation.ipynb #fa90cd1a
 from __future__ import annotations
 
+import functools
 import html
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from matplotlib.colors import Normalize
 from torch import Tensor
@@ -15,12 +17,16 @@ from .style import HIDDEN, MAY_ATTEND, WEIGHTS_LABEL, hex_colours, ink, levels, 
 
 FONT, SMALL = 12, 10  # px: labels and titles; values and ticks (pictures are shown at their size, never scaled)
 MAX_LINES = 2000  # the lines picture draws at most this many lines: each query's strongest
-RASTER_CELLS = 6000  # a picture of more cells draws each table as one image (a <rect> per cell would be megabytes)
+RASTER_CELLS = 2048  # a picture of more cells draws each table as one image: a <rect> and a tooltip per cell is slow
+# for the browser to show (one 64 x 64 head as elements took Chromium many times longer than as an image)
+# The hidden parts of the lines picture (the values, the keys' copies of the lines) are display: none, not visibility:
+# hidden: the browser lays out none of their thousands of elements until a hover shows one token's (at S = 64 this
+# about halved the time Chromium took to show a new lines picture).
 CSS = """<style>.attn-pic text { font: 12px sans-serif; fill: #222; } .attn-pic .small { font-size: 10px; }
 .attn-pic .title { font-weight: bold; } .attn-pic rect.cell:hover { stroke: #111; stroke-width: 2; }
-.attn-lines line { pointer-events: none; } .attn-lines .val, .attn-lines .by-k line { visibility: hidden; }
-.attn-lines .by-k > g:hover line, .attn-lines .by-k > g:hover .val, .attn-lines .by-q > g:hover .val { visibility: visible; }
-.attn-lines .by-k:hover ~ .by-q line, .attn-lines .by-q:hover > g:not(:hover) line { visibility: hidden; }
+.attn-lines line { pointer-events: none; } .attn-lines .val, .attn-lines .by-k line { display: none; }
+.attn-lines .by-k > g:hover line, .attn-lines .by-k > g:hover .val, .attn-lines .by-q > g:hover .val { display: inline; }
+.attn-lines .by-k:hover ~ .by-q line, .attn-lines .by-q:hover > g:not(:hover) line { display: none; }
 .attn-lines g:hover > .tok { font-weight: bold; } .attn-stale svg { opacity: 0.35; }</style>"""
 
 
@@ -44,7 +50,7 @@ def _key_labels(x0: float, y: float, cell: float, keys: Sequence[str], cls: str 
 
 # %% auto #0
 __all__ = ['FONT', 'SMALL', 'MAX_LINES', 'RASTER_CELLS', 'CSS', 'Panel', 'HEAD_COLOURS', 'svg', 'colour_bar', 'raster', 'cells',
-           'legend', 'table_svg', 'heads_svg', 'lines_svg', 'overlay_svg', 'show_svg']
+           'legend', 'table_svg', 'heads_svg', 'strongest', 'lines_svg', 'overlay_svg', 'show_svg']
 
 # %% ../../notebooks/06_visualisation.ipynb #351189de
 def svg(width: float, height: float, body: str, cls: str = "") -> str:
@@ -66,6 +72,14 @@ def colour_bar(x: float, y: float, height: float, norm: Normalize, cmap: str = s
     return "".join(parts) + f"{start}{_esc(label)}</text>"
 
 
+@functools.cache
+def _rgb(cmap: str | None) -> np.ndarray:
+    """(257, 3) uint8: the 256 steps of `cmap` (`style.palette`), then the grey of hidden cells; cmap None: the
+    mask's green, then grey, (2, 3)."""
+    hexes = style.palette(cmap)[0] if cmap is not None else [MAY_ATTEND]
+    return np.array([[int(h[i:i + 2], 16) for i in (1, 3, 5)] for h in [*hexes, HIDDEN]], dtype=np.uint8)
+
+
 def raster(x0: float, y0: float, cell: int, weights: Tensor | None, mask: Tensor, norm: Normalize,
            cmap: str = style.WEIGHTS_CMAP, name: str = "") -> str:
     """One table at (x0, y0) as an image, one pixel per cell drawn `cell` px wide: the colours of `cells` (weights
@@ -73,16 +87,20 @@ def raster(x0: float, y0: float, cell: int, weights: Tensor | None, mask: Tensor
     import base64
     import io
 
-    import numpy as np
     from PIL import Image
 
     S, S_kv = mask.shape
-    hexes = style.palette(cmap)[0] if weights is not None else [MAY_ATTEND]
-    rgb = np.array([[int(h[i:i + 2], 16) for i in (1, 3, 5)] for h in [*hexes, HIDDEN]], dtype=np.uint8)  # (n + 1, 3)
+    rgb = _rgb(cmap if weights is not None else None)  # (n + 1, 3): the n colours of the scale, then grey
     index = (levels(weights, norm) * 255 + 0.5).astype(int) if weights is not None else np.zeros(S * S_kv, dtype=int)
-    index[~mask.flatten().numpy()] = len(hexes)  # the hidden cells: grey
+    index[~mask.flatten().numpy()] = len(rgb) - 1  # the hidden cells: grey
+    used, index = np.unique(index, return_inverse=True)  # the colours that appear: at most 256 make a palette image
+    if len(used) <= 256:  # one byte a pixel: about 3 times smaller and faster to write than RGB
+        image = Image.fromarray(index.reshape(S, S_kv).astype(np.uint8), mode="P")
+        image.putpalette(rgb[used].flatten().tolist())
+    else:
+        image = Image.fromarray(rgb[used][index.reshape(S, S_kv)])  # (S, S_kv, 3)
     buffer = io.BytesIO()
-    Image.fromarray(rgb[index.reshape(S, S_kv)]).save(buffer, format="PNG")  # (S, S_kv, 3)
+    image.save(buffer, format="PNG", compress_level=1)  # zlib's fastest: a few % larger, several times faster
     data = base64.b64encode(buffer.getvalue()).decode()
     return (f'<image class="raster" x="{x0}" y="{y0}" width="{S_kv * cell}" height="{S * cell}" preserveAspectRatio="none" '
             f'style="image-rendering:pixelated" href="data:image/png;base64,{data}"><title>{_esc(name)}</title></image>')
@@ -179,6 +197,22 @@ def heads_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seque
     return svg(left + ncols * panel_w + 70, height, "".join(parts), "attn-heads")
 
 # %% ../../notebooks/06_visualisation.ipynb #c332211a
+def strongest(weights: Tensor, mask: Tensor, level: np.ndarray, k: int) -> tuple[list[int], int, bool]:
+    """The lines a lines picture draws of weights (S, S_kv): each query's k strongest visible weights among those at
+    2 % of the scale or more (level (S * S_kv,), from `levels`), as flat indices n = i * S_kv + j ordered by
+    (weight, n), weakest first; how many weights passed the 2 %; whether some query had more than k of them."""
+    S, S_kv = weights.shape
+    ok = mask & torch.from_numpy(level.reshape(S, S_kv) >= 0.02)  # (S, S_kv): visible and not too faint
+    count = ok.sum(-1)  # (S,)
+    values, columns = weights.masked_fill(~ok, -torch.inf).sort(dim=-1, stable=True)  # (S, S_kv): ties by column
+    values, columns = values[:, -k:], columns[:, -k:]  # (S, min(k, S_kv)): each query's k strongest
+    rows = torch.arange(S)[:, None].expand_as(columns)
+    keep = values > -torch.inf  # the k strongest of a query with fewer candidates include non-candidates
+    n = (rows * S_kv + columns)[keep].tolist()
+    order = sorted(zip(values[keep].tolist(), n, strict=True))  # by weight, then by n
+    return [m for _, m in order], int(count.sum()), bool((count > k).any())
+
+
 def lines_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Sequence[str], norm: Normalize,
               title: str = "") -> str:
     """bertviz's lines for one head's weights (S, S_kv): queries left, keys right, a line per visible pair, thicker
@@ -187,14 +221,18 @@ def lines_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seque
     token shows only its lines, and their values: each token's <g> holds its lines, and the keys' groups come first,
     so that CSS's `.by-k:hover ~ .by-q` reaches the queries'."""
     S, S_kv = weights.shape
-    w, colours, shown = weights.flatten().tolist(), hex_colours(weights, norm), mask.flatten().tolist()
-    level = levels(weights, norm).tolist()  # each weight's place on the scale, 0 to 1: line widths
-    kept = [sorted((n for n in range(i * S_kv, (i + 1) * S_kv) if shown[n] and level[n] >= 0.02), key=w.__getitem__)
-            for i in range(S)]  # each query's lines, weakest first
     k = max(1, MAX_LINES // S)  # each query keeps its k strongest: at most MAX_LINES lines in all
-    drawn = sorted((n for row in kept for n in row[-k:]), key=w.__getitem__)  # strong on top
-    if any(len(row) > k for row in kept):  # say what was left out
-        title += f" · lines: each query's {k} strongest ({len(drawn)} of {sum(map(len, kept))})"
+    level = levels(weights, norm)  # (S * S_kv,): each weight's place on the scale, 0 to 1: line widths
+    drawn, candidates, cut = strongest(weights, mask, level, k)  # strong on top
+    if cut:  # say what was left out
+        title += f" · lines: each query's {k} strongest ({len(drawn)} of {candidates})"
+    flat, hexes = weights.flatten(), style.palette(style.WEIGHTS_CMAP)[0]  # only the lines drawn get a value and a colour
+    w, level = dict(zip(drawn, flat[drawn].tolist(), strict=True)), dict(zip(drawn, level[drawn].tolist(), strict=True))
+    colours = {n: hexes[int(level[n] * 255 + 0.5)] for n in drawn}  # hex_colours' rule
+    by_key, by_query, seen = [[] for _ in range(S_kv)], [[] for _ in range(S)], mask.any(0).tolist()
+    for n in drawn:  # each token's lines, strong on top
+        by_key[n % S_kv].append(n)
+        by_query[n // S_kv].append(n)
     pitch, margin = 22, _width("0.00", SMALL) + 8  # px between rows; room for the values shown on hover
     x_q = margin + max(map(_width, queries))  # the query labels end here
     x_k, k_end, top = x_q + 260, x_q + 260 + max(map(_width, keys)), (26 if title else 6) + 20  # keys start at x_k
@@ -206,16 +244,14 @@ def lines_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seque
         """One token: a hover area, its label, its lines (n = i * S_kv + j), their values beside the other column."""
         left = x - _width(label) if anchor == "end" else x
         parts = [f'<rect x="{left:.1f}" y="{y(row) - 11:.1f}" width="{_width(label)}" height="20" fill="transparent"/>',
-                 _text(x, y(row) + 4, label, "tok", anchor, "fill:#999" * (anchor == "start" and not bool(mask[:, row].any())))]
+                 _text(x, y(row) + 4, label, "tok", anchor, "fill:#999" * (anchor == "start" and not seen[row]))]
         parts += [f'<line x1="{x_q + 6}" y1="{y(n // S_kv):.1f}" x2="{x_k - 6}" y2="{y(n % S_kv):.1f}" stroke="{colours[n]}" '
                   f'stroke-width="{1 + 4 * level[n]:.1f}"/>' for n in lines]
         parts += [_text(value_x, y(other(n)) + 4, f"{w[n]:.2f}", "val small", "start" if anchor == "end" else "end") for n in lines]
         return f"<g>{''.join(parts)}</g>"
 
-    by_k = "".join(group(x_k, j, k, "start", [n for n in drawn if n % S_kv == j], margin - 4, lambda n: n // S_kv)
-                   for j, k in enumerate(keys))
-    by_q = "".join(group(x_q, i, q, "end", [n for n in drawn if n // S_kv == i], k_end + 8, lambda n: n % S_kv)
-                   for i, q in enumerate(queries))
+    by_k = "".join(group(x_k, j, k, "start", by_key[j], margin - 4, lambda n: n // S_kv) for j, k in enumerate(keys))
+    by_q = "".join(group(x_q, i, q, "end", by_query[i], k_end + 8, lambda n: n % S_kv) for i, q in enumerate(queries))
     height = max(max(S, S_kv) * pitch, 120)
     body = [_text(4, 16, title, "title")] * bool(title) + [_text(x_q, top - 8, "queries (S)", "small", "end"),
                                                          _text(x_k, top - 8, "keys (S_kv)", "small")]
@@ -235,13 +271,12 @@ def overlay_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seq
     its MAX_LINES // (S · len(heads)) strongest. Hovering a token keeps only its lines, as in `lines_svg`."""
     NH, S, S_kv = weights.shape
     k = max(1, MAX_LINES // (S * len(heads)))  # lines per query and head
-    drawn, shown, cut = [], mask.flatten().tolist(), False  # drawn: (weight, head, n = i * S_kv + j, level)
+    drawn, cut = [], False  # drawn: (weight, head, n = i * S_kv + j, level)
     for h in heads:
-        w, level = weights[h].flatten().tolist(), levels(weights[h], style.weights_norm(weights[h][mask])).tolist()
-        for i in range(S):
-            row = sorted((n for n in range(i * S_kv, (i + 1) * S_kv) if shown[n] and level[n] >= 0.02), key=w.__getitem__)
-            cut |= len(row) > k
-            drawn += [(w[n], h, n, level[n]) for n in row[-k:]]
+        level = levels(weights[h], style.weights_norm(weights[h][mask]))  # (S * S_kv,): on the head's own scale
+        lines, _, more = strongest(weights[h], mask, level, k)  # each query's k strongest of this head
+        cut |= more
+        drawn += zip(weights[h].flatten()[lines].tolist(), [h] * len(lines), lines, level[lines].tolist(), strict=True)
     drawn.sort()  # strong on top
     if cut:
         title += f" · lines: each query's {k} strongest per head"
@@ -260,8 +295,12 @@ def overlay_svg(weights: Tensor, mask: Tensor, queries: Sequence[str], keys: Seq
                   for _, h, n, level in lines]
         return f"<g>{''.join(parts)}</g>"
 
-    by_k = "".join(group(x_k, j, t, "start", [d for d in drawn if d[2] % S_kv == j]) for j, t in enumerate(keys))
-    by_q = "".join(group(x_q, i, t, "end", [d for d in drawn if d[2] // S_kv == i]) for i, t in enumerate(queries))
+    by_key, by_query = [[] for _ in range(S_kv)], [[] for _ in range(S)]
+    for d in drawn:  # each token's lines, strong on top
+        by_key[d[2] % S_kv].append(d)
+        by_query[d[2] // S_kv].append(d)
+    by_k = "".join(group(x_k, j, t, "start", by_key[j]) for j, t in enumerate(keys))
+    by_q = "".join(group(x_q, i, t, "end", by_query[i]) for i, t in enumerate(queries))
     height = max(max(S, S_kv) * pitch, 120)
     body = [_text(4, 16, title, "title")] * bool(title) + [_text(x_q, top - 8, "queries (S)", "small", "end"),
                                                          _text(x_k, top - 8, "keys (S_kv)", "small")]
