@@ -15,7 +15,8 @@ from .style import HIDDEN, WEIGHTS_LABEL, palette
 from .svg import CSS, MAX_LINES
 
 # The page's script: it draws one head of one layer, as a table of cells (hover: the value) or as bertviz's lines
-# (hover a token: its lines and their values, by the CSS of attention_lib.viz.svg), from the numbers in DATA.
+# (hover a token: its lines and their values, by the CSS of attention_lib.viz.svg), from the numbers in DATA; the
+# model view's thumbnails and the save button are PAGE_GRID's.
 SCRIPT = r"""
 const D = JSON.parse(document.getElementById('attn-data').textContent);
 const $ = (id) => document.getElementById(id), esc = (s) => String(s).replace(/[&<>"]/g, (c) => `&#${c.charCodeAt(0)};`);
