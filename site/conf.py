@@ -80,6 +80,13 @@ html_title = "从零实现注意力" if ZH else "Attention from scratch"
 language = "zh_CN" if ZH else "en"
 if ZH:
     html_search_options = {"dict": str(HERE / "search_zh.txt")}
+    try:
+        import jieba
+    except ImportError as missing:  # without it Sphinx would silently index no Chinese word
+        raise RuntimeError("The Chinese site's search needs jieba: pip install jieba (the site extra)") from missing
+    import logging
+
+    jieba.setLogLevel(logging.WARNING)  # not its INFO lines about building its dictionary at every build
 templates_path = ["_templates"]  # language-switch.html
 html_static_path = ["_static"]
 html_css_files = ["series.css"]

@@ -235,3 +235,15 @@ def test_both_readmes_say_where_the_chinese_pages_are():
     owner, name = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+)", REPOSITORY).groups()
     site = f"https://{owner.lower()}.github.io/{name}/zh/"
     assert site in (ROOT / "README.md").read_text() and site in (ROOT / "README.zh.md").read_text()
+
+
+def test_the_chinese_search_uses_the_javascript_stemmer_sphinx_ships_for_it(series):
+    """language_data.js ends with `window.Stemmer = <language_name>Stemmer`; for Chinese, Sphinx ships the English
+    stemmer (english-stemmer.js): the name must be EnglishStemmer, or every Chinese page logs an error."""
+    from sphinx.search import languages
+
+    search = series.chinese_search() or languages["zh"]
+    if isinstance(search, str):  # Sphinx names its own classes by import path
+        module, _, name = search.rpartition(".")
+        search = getattr(importlib.import_module(module), name)
+    assert search.lang == "zh" and search.js_stemmer_rawcode == f"{search.language_name.lower()}-stemmer.js"

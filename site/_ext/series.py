@@ -298,6 +298,23 @@ def copy_mathjax(app, exception) -> None:
     stamp.write_text(f"{source} {(source / 'tex-chtml.js').stat().st_mtime_ns}")
 
 
+def chinese_search():
+    """Sphinx's Chinese search, its stemmer's JavaScript name made to match the stemmer it ships, or None when that
+    is already so. Sphinx 9's SearchChinese stems Latin words with the English Snowball stemmer
+    (js_stemmer_rawcode english-stemmer.js, which defines EnglishStemmer) but ends language_data.js with
+    `window.Stemmer = ChineseStemmer` (from its language_name): every Chinese page then logs "ChineseStemmer is not
+    defined" and its search finds nothing. The JavaScript stemmer must be the one the index was stemmed with."""
+    from sphinx.search.zh import SearchChinese
+
+    if SearchChinese.js_stemmer_rawcode != "english-stemmer.js" or SearchChinese.language_name == "English":
+        return None
+
+    class SearchChineseEnglishStemmer(SearchChinese):
+        language_name = "English"  # names only the JavaScript stemmer, EnglishStemmer
+
+    return SearchChineseEnglishStemmer
+
+
 def check_language(app, config) -> None:
     if config.series_language not in TEXTS:
         raise ValueError(f"series_language must be one of {sorted(TEXTS)}, not {config.series_language!r}")
@@ -311,6 +328,8 @@ def setup(app):
     app.add_config_value("series_digest", hashlib.sha256(Path(__file__).read_bytes()).hexdigest(), "env", types=[str])
     app.add_node(appendix_body, html=(visit_appendix_body, depart_appendix_body))
     app.connect("config-inited", check_language)
+    if (search := chinese_search()) is not None:
+        app.add_search_language(search)
     app.connect("source-read", on_source_read)
     app.connect("doctree-resolved", fold_appendices)
     app.connect("html-page-context", add_language_switch, priority=400)
