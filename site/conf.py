@@ -44,6 +44,9 @@ nb_execution_mode = "off"
 # No ipywidgets JavaScript from a CDN: widget outputs become static HTML in series.py.
 nb_ipywidgets_js = {}
 nb_merge_streams = True
+if ZH:  # the button of a folded cell (the setup cell's code), in the page's language
+    nb_code_prompt_show = "显示代码单元格"
+    nb_code_prompt_hide = "隐藏代码单元格"
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist", "substitution"]
 # Links of the landing page, from the repository's address.
 _COLAB = "https://colab.research.google.com/github/" + REPOSITORY.removeprefix("https://github.com/")

@@ -158,7 +158,8 @@ READ_PAGE = """async () => {
     launch: hrefs('.dropdown-launch-buttons a'),
     switch: [...document.querySelectorAll('.series-language-switch a')].map((a) => ({
       path: new URL(a.href).pathname, label: a.textContent.trim(),
-      visible: a.getBoundingClientRect().height > 0 && !!a.closest('.bd-header-article')})),
+      visible: a.getBoundingClientRect().height > 0 && a.getBoundingClientRect().top >= 0
+        && !!a.closest('.bd-header-article')})),
     lang: document.documentElement.lang,
   };
   document.querySelectorAll('details').forEach((d) => { d.open = true; });
@@ -342,6 +343,7 @@ def test_the_pages_speak_their_edition_s_language(crawl):
                            if s["summary"]} for edition in EDITIONS}
     assert summaries == {"en": {"Optional appendix: show or hide"}, "zh": {"选读附录：展开或折叠"}}, summaries
     assert "搜索" in crawl["zh/index.html"]["text"] and "从零实现注意力" in crawl["zh/index.html"]["text"]
+    assert "显示代码单元格" in crawl["zh/notebooks/00_recap.html"]["text"]  # the folded setup cell
 
 
 def test_the_language_switch_leads_to_the_same_page_in_the_other_edition(crawl):
@@ -485,7 +487,9 @@ def test_an_embedded_explorer_follows_the_reader(served, browser, edition):
     frame.select_option("#attn-view", "lines")
     assert picture()["view"] == "lines"
     token = frame.locator(".by-k > g:has(line)").first  # hover a key: its lines and their values appear
-    visibility = "g => [...g.querySelectorAll('line, .val')].map((e) => getComputedStyle(e).visibility)"
+    visibility = """g => [...g.querySelectorAll('line, .val')].map((e) => {
+      const style = getComputedStyle(e);  // hidden by display: none, or (pages saved before) by visibility
+      return style.display === 'none' || style.visibility === 'hidden' ? 'hidden' : 'visible'; })"""
     hidden = token.evaluate(visibility)
     assert hidden and set(hidden) == {"hidden"}, hidden
     token.locator(".tok").hover()

@@ -204,6 +204,7 @@ def test_the_configuration_of_each_edition(monkeypatch):
     assert (en["language"], en["series_language"], en["series_notebooks"]) == ("en", "en", "notebooks")
     assert (zh["language"], zh["series_language"], zh["series_notebooks"]) == ("zh_CN", "zh", "notebooks/zh")
     assert zh["html_title"] == "从零实现注意力" and en["html_title"] == "Attention from scratch"
+    assert zh["nb_code_prompt_show"] == "显示代码单元格" and "nb_code_prompt_show" not in en  # myst-nb's English
     assert zh["html_search_options"]["dict"].endswith("search_zh.txt")  # build_site.py writes it beside conf.py
     for conf in (en, zh):
         assert conf["html_theme_options"]["article_header_end"][0] == "language-switch.html"
