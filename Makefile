@@ -72,7 +72,8 @@ lint: install
 	$(VENV)/bin/ruff check attention_lib tests notebooks benchmarks scripts solutions site
 
 # The series as a website, from the committed notebooks as they are (nothing re-executed, nothing downloaded):
-# Sphinx with myst-nb and sphinx-book-theme (site/conf.py) into build/site. Open build/site/index.html, or serve it:
+# Sphinx with myst-nb and sphinx-book-theme (site/conf.py) into build/site, in English, and in Chinese into
+# build/site/zh (notebooks/zh/). Open build/site/index.html, or serve it:
 # python -m http.server -d build/site
 site: install
 	$(PY) scripts/build_site.py

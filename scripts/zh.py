@@ -3,7 +3,8 @@
     python scripts/zh.py                 # report what is stale or wrong; exit 1 if anything is (make zh-check)
     python scripts/zh.py check [NAME ...] # the same, for these notebooks only
     python scripts/zh.py outputs [NAME ...]
-                                         # copy the English outputs onto code cells whose code is the English code
+                                         # copy the English outputs onto code cells whose code is the English code,
+                                         # and the English notebook's saved widget state
     python scripts/zh.py status          # one line per notebook: cells translated, stale, untranslated
     python scripts/zh.py new NAME        # start notebooks/zh/NAME as a copy of the English (nothing translated yet)
     python scripts/zh.py stamp NAME [ID ...]
@@ -22,7 +23,8 @@ cell, without the Colab badge, which differs by language). The check reports, na
 - a relative link that leads nowhere from notebooks/zh/;
 - a benchmark table (quoted by scripts/quote_bench.py, generated and the same in both languages) that differs;
 - code that differs other than in comments (compared token by token; `#|` directives and NBVAL markers are code);
-- outputs or execution counts that differ;
+- outputs or execution counts that differ, or a saved widget state (the notebook's metadata "widgets", which its
+  widget outputs draw from, on the website too) that differs;
 - a glossary variant (notebooks/zh/GLOSSARY.md, column 不要写作) in the Chinese text, or a Chinese term in an
   English notebook that is not the glossary's.
 """
@@ -239,6 +241,9 @@ def check_pair(name: str, en: nbformat.NotebookNode, zh: nbformat.NotebookNode, 
             problems.append(f"{name}: cells only in Chinese (remove them): {', '.join(only_zh)}")
         if not only_en and not only_zh:
             problems.append(f"{name}: the same cells in another order (put them in the English order)")
+    if en.metadata.get("widgets") != zh.metadata.get("widgets"):
+        problems.append(f"{name}: the saved widget state differs from the English, which the widget outputs draw "
+                        "(copy it with the outputs: python scripts/zh.py outputs)")
     by_id = {c.get("id"): c for c in zh.cells}
     avoid = [(a, t) for t in terms for a in t.avoid]
     for number, e in enumerate(en.cells, 1):
@@ -366,10 +371,18 @@ def stamp(root: Path, name: str, ids: list[str]) -> list[str]:
 
 def copy_outputs(root: Path, name: str) -> int:
     """Copy the English outputs and execution counts onto the Chinese code cells whose code is the English code
-    (after the English notebook was re-executed); returns how many cells changed."""
-    en = {c.get("id"): c for c in nbformat.read(en_dir(root) / name, as_version=4).cells}
+    (after the English notebook was re-executed), and the English widget state, which the copied widget outputs name
+    by id; returns how many cells changed (the widget state counted as one)."""
+    english = nbformat.read(en_dir(root) / name, as_version=4)
+    en = {c.get("id"): c for c in english.cells}
     path = zh_dir(root) / name
     zh, changed = nbformat.read(path, as_version=4), 0
+    if english.metadata.get("widgets") != zh.metadata.get("widgets"):
+        if "widgets" in english.metadata:
+            zh.metadata["widgets"] = copy.deepcopy(english.metadata["widgets"])
+        else:
+            zh.metadata.pop("widgets", None)
+        changed += 1
     for z in zh.cells:
         e = en.get(z.get("id"))
         same_code = e is not None and e.cell_type == "code" and code_tokens(e.source) == code_tokens(z.source)

@@ -1,6 +1,7 @@
 """The website in a real browser: `scripts/build_site.py` builds it (as `make site` does) into build/site, a local
 HTTP server serves it on 127.0.0.1, and headless Chromium visits every page once, every request to another host
-refused, as a reader without a network would.
+refused, as a reader without a network would. The site has two editions, English and Chinese (zh/: the same pages at
+the same paths, from notebooks/zh/), and every check below is made on the pages of both.
 
 On every page: HTTP 200; no console error or uncaught exception; no request to another host; every image loaded
 (naturalWidth > 0), and each PNG output of a notebook among them; math typeset by the site's own MathJax, without an
@@ -10,8 +11,9 @@ outline, the previous/next chain in reading order, code copy buttons, "Open in C
 serves the committed notebook, byte for byte), the appendices folded under their headings (a link into one opens it),
 the exercises visible with their graders' calls; each explorer live (its standalone page in a frame) with its saved
 picture kept for readers without scripts, and one of them following a change of head, layer and view, with hover;
-and "KV cache" typed into the search field finds notebooks 04 and 08. A screenshot of each page goes to
-test-artifacts/site/, with the build time and the pages in build.json there.
+and "KV cache" typed into the search field finds notebooks 04 and 08, "KV 缓存" and "因果掩码" on a Chinese page the
+Chinese ones; the language switch in each page's header leads to the same page in the other edition. A screenshot of
+each page goes to test-artifacts/site/, with the build time and the pages in build.json there.
 
 Without /usr/bin/chromium the test is skipped, unless ATTENTION_REQUIRE_BROWSER=1 (CI), which makes it fail.
 """
@@ -39,6 +41,14 @@ pytestmark = pytest.mark.site
 OUT = ROOT / "build" / "site"
 ARTIFACTS = ROOT / "test-artifacts" / "site"
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.ipynb"))
+# Each edition: where its pages are in the site, where its notebooks are in the repository, and the titles of the
+# sections every notebook has (Summary, Exercises) and of its appendices.
+EDITIONS = {
+    "en": {"prefix": "", "notebooks": ROOT / "notebooks", "summary": "Summary", "exercises": "Exercises",
+           "appendix": "Appendix", "optional": '"optional"', "other": "zh/"},
+    "zh": {"prefix": "zh/", "notebooks": ROOT / "notebooks" / "zh", "summary": "小结", "exercises": "练习",
+           "appendix": "附录", "optional": '"选读"', "other": ""},
+}
 REPOSITORY = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
 RAW_TEX = re.compile(r"\$\$|\\frac|\\sqrt|\\begin\{")
 WIDGET_REPR = re.compile(r"\b[VH]Box\(children=")
@@ -122,6 +132,8 @@ READ_PAGE = """async () => {
     .map((s) => {
       const h2 = s.querySelector(':scope > h2'), folded = s.querySelector(':scope > details.appendix-body');
       return {title: h2.textContent.replace('#', '').trim(), folded: folded ? !folded.open : null,
+              badge: getComputedStyle(h2, '::after').content,
+              summary: folded ? folded.querySelector('summary').textContent : null,
               in_details: !!s.closest('details'), visible: h2.getBoundingClientRect().height > 0,
               code: [...s.querySelectorAll('.cell_input pre')].map((p) => p.textContent).join('\\n')};
     });
@@ -143,6 +155,12 @@ READ_PAGE = """async () => {
     code_blocks: document.querySelectorAll('.cell_input div.highlight').length,
     copy_buttons: document.querySelectorAll('.cell_input button.copybtn').length,
     sections,
+    launch: hrefs('.dropdown-launch-buttons a'),
+    switch: [...document.querySelectorAll('.series-language-switch a')].map((a) => ({
+      path: new URL(a.href).pathname, label: a.textContent.trim(),
+      visible: a.getBoundingClientRect().height > 0 && a.getBoundingClientRect().top >= 0
+        && !!a.closest('.bd-header-article')})),
+    lang: document.documentElement.lang,
   };
   document.querySelectorAll('details').forEach((d) => { d.open = true; });
   const frames = [...document.querySelectorAll('iframe.explorer-frame')];
@@ -178,7 +196,7 @@ def crawl(served, browser):
         page.evaluate(TYPESET)
         page.screenshot(path=str(ARTIFACTS / (name.replace("/", "_").removesuffix(".html") + ".png")))
         info = page.evaluate(READ_PAGE)
-        if name.startswith("notebooks/"):  # the notebook the download button serves
+        if name.removeprefix("zh/").startswith("notebooks/"):  # the notebook the download button serves
             info["download"] = page.request.get(info["downloads"][0]).body() if info["downloads"] else None
         info.update(status=response.status, errors=errors, foreign=offline.foreign[before:])
         found[name] = info
@@ -187,12 +205,19 @@ def crawl(served, browser):
     return found
 
 
-def notebook_pages(crawl) -> dict[str, dict]:
-    return {name: crawl[f"notebooks/{name}.html"] for name in NOTEBOOKS}
+def notebook_pages(crawl, edition: str = "en") -> dict[str, dict]:
+    prefix = EDITIONS[edition]["prefix"]
+    return {name: crawl[f"{prefix}notebooks/{name}.html"] for name in NOTEBOOKS}
+
+
+def notebook(name: str, edition: str = "en") -> Path:
+    return EDITIONS[edition]["notebooks"] / f"{name}.ipynb"
 
 
 def test_every_page_loads_offline_without_errors(crawl):
-    assert {f"notebooks/{n}.html" for n in NOTEBOOKS} | {"index.html", "search.html"} <= set(crawl)
+    for e in EDITIONS.values():
+        assert {f"{e['prefix']}{p}" for p in [*(f"notebooks/{n}.html" for n in NOTEBOOKS), "index.html",
+                                               "search.html"]} <= set(crawl)
     problems = {}
     for name, info in crawl.items():
         wrong = []
@@ -205,10 +230,11 @@ def test_every_page_loads_offline_without_errors(crawl):
             problems[name] = wrong
     assert not problems, json.dumps(problems, indent=1)
     pictures = {}  # every PNG output of a notebook is a loaded picture on its page, and none is dropped
-    for name, info in notebook_pages(crawl).items():
-        nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
-        outputs = sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", []))
-        pictures[name] = (outputs, sum("/_images/" in i["src"] for i in info["images"]))
+    for edition in EDITIONS:
+        for name, info in notebook_pages(crawl, edition).items():
+            nb = json.loads(notebook(name, edition).read_text())
+            outputs = sum("image/png" in o.get("data", {}) for c in nb["cells"] for o in c.get("outputs", []))
+            pictures[edition, name] = (outputs, sum("/_images/" in i["src"] for i in info["images"]))
     assert all(n > 0 and n == shown for n, shown in pictures.values()), pictures
 
 
@@ -225,8 +251,9 @@ def test_math_is_typeset_and_no_raw_tex_is_left(crawl):
         if wrong:
             problems[name] = wrong
     assert not problems, json.dumps(problems, indent=1)
-    for name in ["index.html"] + [f"notebooks/{n}.html" for n in NOTEBOOKS]:
-        assert crawl[name]["math"] > 0, f"{name}: no math typeset"
+    for prefix in ["", "zh/"]:
+        for name in ["index.html"] + [f"notebooks/{n}.html" for n in NOTEBOOKS]:
+            assert crawl[prefix + name]["math"] > 0, f"{prefix}{name}: no math typeset"
 
 
 def test_every_internal_link_and_anchor_resolves(served, crawl):
@@ -247,36 +274,48 @@ def test_every_internal_link_and_anchor_resolves(served, crawl):
     assert not broken, "\n".join(broken)
 
 
-def test_table_of_contents_outline_and_previous_next_in_reading_order(crawl):
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_table_of_contents_outline_and_previous_next_in_reading_order(crawl, edition):
+    e = EDITIONS[edition]
     order = ["index"] + NOTEBOOKS
-    for name, info in [("index", crawl["index.html"])] + list(notebook_pages(crawl).items()):
+    for name, info in [("index", crawl[f"{e['prefix']}index.html"])] + list(notebook_pages(crawl, edition).items()):
         listed = [h.rsplit("/", 1)[-1].removesuffix(".html") for h in info["sidebar"] if "/notebooks/" in h]
         assert listed == NOTEBOOKS, (name, info["sidebar"])
+        assert all(h.startswith(f"/{e['prefix']}") for h in info["sidebar"]), (name, info["sidebar"])
         n = order.index(name)
         following = info["next"] and info["next"].rsplit("/", 1)[-1].removesuffix(".html")
         assert following == (order[n + 1] if n + 1 < len(order) else None), (name, info["next"])
         if n:
             assert info["previous"].rsplit("/", 1)[-1].removesuffix(".html") == order[n - 1], (name, info["previous"])
-            assert {"Summary", "Exercises"} <= set(info["outline"]), (name, info["outline"])
+            assert {e["summary"], e["exercises"]} <= set(info["outline"]), (name, info["outline"])
 
 
-def test_colab_download_and_copy_buttons(crawl):
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_colab_download_and_copy_buttons(crawl, edition):
+    """The header's Colab button and the link under the title open this edition's notebook (notebooks/zh/NN.ipynb
+    for a Chinese page); the download button serves it, byte for byte."""
     colab = f"https://colab.research.google.com/github/{REPOSITORY.removeprefix('https://github.com/')}/blob/main"
-    for name, info in notebook_pages(crawl).items():
-        assert f"{colab}/notebooks/{name}.ipynb" in info["hrefs"], f"{name}: no Open in Colab link"
-        assert info["download"] == (ROOT / "notebooks" / f"{name}.ipynb").read_bytes(), f"{name}: download differs"
+    for name, info in notebook_pages(crawl, edition).items():
+        path = notebook(name, edition).relative_to(ROOT).as_posix()
+        assert info["launch"] == [f"{colab}/{path}"], f"{name}: the Colab button opens {info['launch']}"
+        assert f"{colab}/{path}" in info["hrefs"], f"{name}: no Open in Colab link"
+        assert info["download"] == notebook(name, edition).read_bytes(), f"{name}: download differs"
         assert info["code_blocks"] > 0 and info["copy_buttons"] == info["code_blocks"], name
 
 
-def test_appendices_are_folded_and_exercises_are_visible(crawl):
-    for name, info in notebook_pages(crawl).items():
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_appendices_are_folded_and_exercises_are_visible(crawl, edition):
+    e = EDITIONS[edition]
+    for name, info in notebook_pages(crawl, edition).items():
         sections = info["sections"]
-        appendices = [s for s in sections if s["title"].startswith("Appendix")]
+        appendices = [s for s in sections if s["title"].startswith(e["appendix"])]
         assert appendices, f"{name}: no appendix"
         assert all(s["folded"] is True and s["visible"] for s in appendices), (name, appendices)
+        assert all(s["badge"] == e["optional"] for s in appendices), (name, appendices)  # in the page's language
+        assert all(s["summary"] == appendices[0]["summary"] for s in appendices), (name, appendices)
         main = sections[: sections.index(appendices[0])]
         assert all(s["folded"] is None and not s["in_details"] for s in main), (name, [s["title"] for s in main])
-        (exercises,) = [s for s in main if s["title"] == "Exercises"]
+        (exercises,) = [s for s in main if s["title"] == e["exercises"]]
         assert exercises["visible"] and re.search(r"check_\d\d_\d\(", exercises["code"]), (name, exercises)
 
 
@@ -295,21 +334,62 @@ def test_a_link_into_an_appendix_opens_it(served, browser):
     offline.context.close()
 
 
-def _explorer_count(name: str) -> int:
+def test_the_pages_speak_their_edition_s_language(crawl):
+    """Sphinx's and the theme's words, and what series.py writes, are Chinese on the Chinese pages."""
+    for name, info in crawl.items():
+        zh = name.startswith("zh/")
+        assert info["lang"] == ("zh-CN" if zh else "en"), (name, info["lang"])
+    summaries = {edition: {s["summary"] for i in notebook_pages(crawl, edition).values() for s in i["sections"]
+                           if s["summary"]} for edition in EDITIONS}
+    assert summaries == {"en": {"Optional appendix: show or hide"}, "zh": {"选读附录：展开或折叠"}}, summaries
+    assert "搜索" in crawl["zh/index.html"]["text"] and "从零实现注意力" in crawl["zh/index.html"]["text"]
+    assert "显示代码单元格" in crawl["zh/notebooks/00_recap.html"]["text"]  # the folded setup cell
+
+
+def test_the_language_switch_leads_to_the_same_page_in_the_other_edition(crawl):
+    """On every page of both editions, in the header: one link (no script needed) to the same page of the other."""
+    wrong = {}
+    for name, info in crawl.items():
+        edition = "zh" if name.startswith("zh/") else "en"
+        other = EDITIONS[edition]["other"] + name.removeprefix(EDITIONS[edition]["prefix"])
+        label = "English" if edition == "zh" else "中文"
+        if info["switch"] != [{"path": f"/{other}", "label": label, "visible": True}] or other not in crawl:
+            wrong[name] = info["switch"]
+    assert not wrong, json.dumps(wrong, indent=1, ensure_ascii=False)
+    assert sum(n.startswith("zh/") for n in crawl) == sum(not n.startswith("zh/") for n in crawl)
+
+
+def test_following_the_switch_there_and_back(served, browser):
+    base, _ = served
+    offline = Offline(browser, base)
+    page = offline.context.new_page()
+    page.goto(f"{base}zh/notebooks/04_causal.html", wait_until="load")
+    with page.expect_navigation():
+        page.click(".bd-header-article .series-language-switch a")
+    assert page.url == f"{base}notebooks/04_causal.html", page.url
+    with page.expect_navigation():
+        page.click(".bd-header-article .series-language-switch a")
+    assert page.url == f"{base}zh/notebooks/04_causal.html", page.url
+    assert not offline.foreign, offline.foreign
+    offline.context.close()
+
+
+def _explorer_count(name: str, edition: str = "en") -> int:
     """The cells of notebook `name` that open an explorer and show it."""
-    nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    nb = json.loads(notebook(name, edition).read_text())
     return sum(bool(re.search(r"\b(explore_attention|head_view|model_view)\(", "".join(c["source"]))) and any(
         "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in c.get("outputs", []))
         for c in nb["cells"])
 
 
-def test_explorers_are_live_and_keep_their_saved_picture(crawl):
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_explorers_are_live_and_keep_their_saved_picture(crawl, edition):
     """Each explorer runs its standalone page in a frame as tall as the page, in place of its saved picture, which
     is still there (with its controls' values) for readers without scripts."""
     shown = {}
-    for name, info in notebook_pages(crawl).items():
+    for name, info in notebook_pages(crawl, edition).items():
         shown[name] = info["explorers"]
-        assert len(info["explorers"]) == _explorer_count(name), (name, info["explorers"])
+        assert len(info["explorers"]) == _explorer_count(name, edition), (name, info["explorers"])
         for e in info["explorers"]:
             assert e["width"] > 100 and e["controls"] >= 3 and not e["shown"], (name, e)
             live = e["live"]
@@ -318,28 +398,32 @@ def test_explorers_are_live_and_keep_their_saved_picture(crawl):
     assert sum(len(e) for e in shown.values()) >= 8, shown
 
 
-def test_without_scripts_each_explorer_is_its_saved_picture(served, browser, crawl):
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_without_scripts_each_explorer_is_its_saved_picture(served, browser, crawl, edition):
     base, _ = served
+    prefix = EDITIONS[edition]["prefix"]
     context = browser.new_context(viewport={"width": 1280, "height": 900}, java_script_enabled=False)
-    names = [name for name, info in notebook_pages(crawl).items() if info["explorers"]]
+    names = [name for name, info in notebook_pages(crawl, edition).items() if info["explorers"]]
     for name in names:
         page = context.new_page()
-        page.goto(f"{base}notebooks/{name}.html", wait_until="load")
+        page.goto(f"{base}{prefix}notebooks/{name}.html", wait_until="load")
+        switch = page.eval_on_selector_all(".series-language-switch a", "links => links.map((a) => a.href)")
+        assert switch == [f"{base}{EDITIONS[edition]['other']}notebooks/{name}.html"], (name, switch)
         page.eval_on_selector_all("details", "ds => ds.forEach((d) => { d.open = true; })")
         found = page.eval_on_selector_all(".explorer", """boxes => boxes.map((b) => ({
           frames: b.querySelectorAll('iframe').length,
           live: b.querySelector('.explorer-live').getBoundingClientRect().height,
           picture: b.querySelector('.widget-static-explorer svg')?.getBoundingClientRect().width ?? 0}))""")
-        assert len(found) == _explorer_count(name), (name, found)
+        assert len(found) == _explorer_count(name, edition), (name, found)
         assert all(f["frames"] == 0 and f["live"] == 0 and f["picture"] > 100 for f in found), (name, found)
         page.close()
     context.close()
     assert len(names) >= 6, names
 
 
-def _saved_page_data(name: str, index: int) -> dict:
+def _saved_page_data(name: str, index: int, edition: str = "en") -> dict:
     """The numbers of the `index`-th explorer page saved in notebook `name`'s outputs (the attn-data JSON)."""
-    nb = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())
+    nb = json.loads(notebook(name, edition).read_text())
     pages = [o["metadata"]["attention_lib/explorer-page"] for c in nb["cells"] for o in c.get("outputs", [])
              if "attention_lib/explorer-page" in o.get("metadata", {})]
     payload = re.search(r'<script type="application/json" id="attn-data">(.*?)</script>', pages[index], re.S)
@@ -354,24 +438,25 @@ def _cell_values(data: dict, layer: int, head: int) -> list[str]:
             for w, m in zip(weights, mask, strict=True)]
 
 
-def test_an_embedded_explorer_follows_the_reader(served, browser):
-    """On notebook 06's page, the explorer of MiniLM's layers: another head, another layer, the lines view; each
-    picture holds the numbers the notebook saved for that layer and head, and hovering shows a cell's or a token's
-    values. Offline, without a console error."""
+@pytest.mark.parametrize("edition", EDITIONS)
+def test_an_embedded_explorer_follows_the_reader(served, browser, edition):
+    """On notebook 06's page (of each edition), the explorer of MiniLM's layers: another head, another layer, the
+    lines view; each picture holds the numbers the notebook saved for that layer and head, and hovering shows a cell's
+    or a token's values. Offline, without a console error."""
     base, _ = served
     offline = Offline(browser, base)
     page = offline.context.new_page()
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{base}notebooks/06_visualisation.html", wait_until="load")
+    page.goto(f"{base}{EDITIONS[edition]['prefix']}notebooks/06_visualisation.html", wait_until="load")
     page.wait_for_function("""() => [...document.querySelectorAll('iframe.explorer-frame')]
       .every((f) => f.contentDocument?.querySelector('#attn-picture svg'))""")
     frames = [h.content_frame() for h in page.query_selector_all("iframe.explorer-frame")]
     datas = [json.loads(f.eval_on_selector("#attn-data", "e => e.textContent")) for f in frames]
     index = next(i for i, d in enumerate(datas) if len(d["layers"]) > 1 and len(d["weights"][0]) > 1)
     frame, data = frames[index], datas[index]
-    assert data == _saved_page_data("06_visualisation", index)  # the numbers the notebook saved, whole
+    assert data == _saved_page_data("06_visualisation", index, edition)  # the numbers the notebook saved, whole
 
     def picture() -> dict:
         return frame.eval_on_selector("#attn-picture", """p => ({...p.dataset,
@@ -402,30 +487,39 @@ def test_an_embedded_explorer_follows_the_reader(served, browser):
     frame.select_option("#attn-view", "lines")
     assert picture()["view"] == "lines"
     token = frame.locator(".by-k > g:has(line)").first  # hover a key: its lines and their values appear
-    visibility = "g => [...g.querySelectorAll('line, .val')].map((e) => getComputedStyle(e).visibility)"
+    visibility = """g => [...g.querySelectorAll('line, .val')].map((e) => {
+      const style = getComputedStyle(e);  // hidden by display: none, or (pages saved before) by visibility
+      return style.display === 'none' || style.visibility === 'hidden' ? 'hidden' : 'visible'; })"""
     hidden = token.evaluate(visibility)
     assert hidden and set(hidden) == {"hidden"}, hidden
     token.locator(".tok").hover()
     assert set(token.evaluate(visibility)) == {"visible"}
-    page.screenshot(path=str(ARTIFACTS / "explorer_live_lines.png"))
+    page.screenshot(path=str(ARTIFACTS / f"explorer_live_lines_{edition}.png"))
     assert not errors and not offline.foreign, (errors, offline.foreign)
     offline.context.close()
 
 
-def test_search_finds_kv_cache(served, browser):
+@pytest.mark.parametrize(("prefix", "query", "found"), [
+    ("", "KV cache", {"04_causal", "08_variants"}),
+    ("zh/", "KV 缓存", {"04_causal", "08_variants"}),
+    ("zh/", "因果掩码", {"04_causal"}),  # one word of the glossary, which jieba is told (build_site.py)
+])
+def test_search_finds_kv_cache(served, browser, prefix, query, found):
+    """Typed into the sidebar's search field of a page, as a reader does; the Chinese edition searches its own
+    pages, its words segmented by jieba."""
     base, _ = served
     offline = Offline(browser, base)
     page = offline.context.new_page()
-    page.goto(f"{base}notebooks/{NOTEBOOKS[0]}.html", wait_until="load")
-    page.click(".bd-sidebar-primary .search-button-field")  # as a reader does: the sidebar's search field
-    page.keyboard.type("KV cache")
+    page.goto(f"{base}{prefix}notebooks/{NOTEBOOKS[0]}.html", wait_until="load")
+    page.click(".bd-sidebar-primary .search-button-field")
+    page.keyboard.type(query)
     with page.expect_navigation():
         page.keyboard.press("Enter")
-    assert page.url == base + "search.html?q=KV+cache", page.url
-    page.wait_for_function("() => /Search finished/.test(document.body.textContent)",
-                           timeout=30_000)
+    assert page.url == f"{base}{prefix}search.html?{urllib.parse.urlencode({'q': query})}", page.url
+    page.wait_for_function("() => /Search finished|搜索完成/.test(document.body.textContent)", timeout=30_000)
     hits = page.eval_on_selector_all("#search-results ul.search li a", "links => links.map(a => a.href)")
-    assert any("04_causal" in h for h in hits) and any("08_variants" in h for h in hits), hits
-    page.screenshot(path=str(ARTIFACTS / "search_KV_cache.png"))
+    pages = {h.rsplit("/", 1)[-1].split(".")[0] for h in hits}
+    assert found <= pages and all(h.startswith(f"{base}{prefix}") for h in hits), hits
+    page.screenshot(path=str(ARTIFACTS / f"search_{prefix.strip('/') or 'en'}_{query.replace(' ', '_')}.png"))
     assert not offline.foreign, offline.foreign
     offline.context.close()

@@ -140,3 +140,111 @@ def test_the_pages_workflow_builds_with_make_site_and_deploys_with_the_standard_
 def test_the_readme_links_to_where_the_site_lives():
     owner, name = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+)", REPOSITORY).groups()
     assert f"https://{owner.lower()}.github.io/{name}/" in (ROOT / "README.md").read_text()
+
+
+# --- the Chinese edition ---------------------------------------------------------------------------------------
+
+
+def test_a_chinese_notebook_is_adapted_in_chinese_and_its_links_start_from_notebooks_zh(series):
+    notebook = _explorer_notebook()
+    notebook["cells"][0]["source"] = notebook["cells"][0]["source"].replace("../benchmarks", "../../benchmarks")
+    notebook["cells"][2]["outputs"][0]["metadata"] = {series.EXPLORER_PAGE: "<!DOCTYPE html><html></html>"}
+    nb = json.loads(series.adapt_notebook(json.dumps(notebook), "notebooks/zh/00_recap", REPOSITORY, "zh"))
+    title, _, explorer = nb["cells"]
+    assert '">在 Colab 中打开</a>' in title["source"]
+    assert f"]({REPOSITORY}/blob/main/benchmarks/r.md)" in title["source"]  # ../../ from notebooks/zh/
+    assert "](01_next.ipynb#top)" in title["source"]  # the Chinese page of notebook 01, beside this one
+    markup = explorer["outputs"][0]["data"]["text/html"]
+    assert series.TEXTS["zh"]["static_note"] in markup and series.TEXTS["zh"]["live_note"] in markup
+    assert "The explorer" not in markup
+    assert set(series.TEXTS["zh"]) == set(series.TEXTS["en"])  # every text in both languages
+
+
+def test_appendix_headings_of_both_languages_are_folded(series):
+    assert series.APPENDIX.match("Appendix A: saturation") and series.APPENDIX.match("附录 A：再谈为什么要除以 √d")
+    assert not series.APPENDIX.match("Appendices elsewhere") and not series.APPENDIX.match("练习")
+
+
+def test_the_colab_button_of_a_chinese_page_opens_the_chinese_notebook(series):
+    colab = f"https://colab.research.google.com/github/{REPOSITORY.removeprefix('https://github.com/')}/blob/main"
+    theme = f"{colab}/notebooks/04_causal.ipynb"  # what sphinx-book-theme builds from path_to_docs + pagename
+    assert series.colab_url(theme, "notebooks/04_causal", "notebooks/zh") == f"{colab}/notebooks/zh/04_causal.ipynb"
+    assert series.colab_url(theme, "notebooks/04_causal", "notebooks") == theme
+    assert series.colab_url("https://example.org/x", "notebooks/04_causal", "notebooks/zh") == "https://example.org/x"
+
+
+@pytest.mark.parametrize(("page", "language", "other"), [
+    ("index", "en", "zh/index.html"),
+    ("notebooks/04_causal", "en", "../zh/notebooks/04_causal.html"),
+    ("search", "en", "zh/search.html"),
+    ("index", "zh", "../index.html"),
+    ("notebooks/04_causal", "zh", "../../notebooks/04_causal.html"),
+])
+def test_the_language_switch_links_to_the_same_page_in_the_other_edition(series, page, language, other):
+    links = series.language_switch(page, language)
+    assert [link["label"] for link in links] == ["English", "中文"]
+    (current,) = [link for link in links if link["current"]]
+    (target,) = [link for link in links if not link["current"]]
+    assert current["label"] == series.EDITIONS[language][0] and target["href"] == other
+
+
+def _conf(monkeypatch, language: str | None) -> dict:
+    import runpy
+
+    if language is None:
+        monkeypatch.delenv("ATTENTION_SITE_LANGUAGE", raising=False)
+    else:
+        monkeypatch.setenv("ATTENTION_SITE_LANGUAGE", language)
+    monkeypatch.setenv("ATTENTION_REPOSITORY", str(ROOT))
+    return runpy.run_path(str(ROOT / "site" / "conf.py"))
+
+
+def test_the_configuration_of_each_edition(monkeypatch):
+    en, zh = _conf(monkeypatch, None), _conf(monkeypatch, "zh")
+    assert (en["language"], en["series_language"], en["series_notebooks"]) == ("en", "en", "notebooks")
+    assert (zh["language"], zh["series_language"], zh["series_notebooks"]) == ("zh_CN", "zh", "notebooks/zh")
+    assert zh["html_title"] == "从零实现注意力" and en["html_title"] == "Attention from scratch"
+    assert zh["nb_code_prompt_show"] == "显示代码单元格" and "nb_code_prompt_show" not in en  # myst-nb's English
+    assert zh["html_search_options"]["dict"].endswith("search_zh.txt")  # build_site.py writes it beside conf.py
+    for conf in (en, zh):
+        assert conf["html_theme_options"]["article_header_end"][0] == "language-switch.html"
+        assert (ROOT / "site" / conf["templates_path"][0] / "language-switch.html").is_file()
+    assert "notebooks/zh/00_recap.ipynb" in zh["myst_substitutions"]["colab_first"]
+    # every substitution each landing page uses is defined for its edition
+    for conf, landing in ((en, ROOT / "site" / "index.md"), (zh, ROOT / "site" / "zh" / "index.md")):
+        used = set(re.findall(r"\{\{\s*(\w+)\s*\}\}", landing.read_text()))
+        assert used and used <= set(conf["myst_substitutions"]), (landing, used)
+    with pytest.raises(ValueError, match="'en' or 'zh'"):
+        _conf(monkeypatch, "fr")
+
+
+def test_the_chinese_search_knows_the_glossary_s_terms_and_jieba_is_a_pinned_dependency():
+    spec = importlib.util.spec_from_file_location("build_site", ROOT / "scripts" / "build_site.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    words = module.glossary_words(module.GLOSSARY.read_text(encoding="utf-8"))
+    assert {"因果掩码", "填充掩码", "多头注意力", "交叉注意力"} <= set(words)
+    assert not [w for w in words if re.search(r"[\sA-Za-z]", w)]  # jieba's dictionary holds no space
+    table = "| English | 中文 |\n|---|---|\n| a | 中文词 |\n| KV cache | KV 缓存 |\n\n| 不是 | 表格 |"
+    assert module.glossary_words(table) == ["中文词"]  # not the heading row, nor a row of no table's body
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert any(r.startswith("jieba") for r in pyproject["project"]["optional-dependencies"]["site"])
+    assert "jieba==0.42.1" in (ROOT / "constraints.txt").read_text().splitlines()
+
+
+def test_both_readmes_say_where_the_chinese_pages_are():
+    owner, name = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+)", REPOSITORY).groups()
+    site = f"https://{owner.lower()}.github.io/{name}/zh/"
+    assert site in (ROOT / "README.md").read_text() and site in (ROOT / "README.zh.md").read_text()
+
+
+def test_the_chinese_search_uses_the_javascript_stemmer_sphinx_ships_for_it(series):
+    """language_data.js ends with `window.Stemmer = <language_name>Stemmer`; for Chinese, Sphinx ships the English
+    stemmer (english-stemmer.js): the name must be EnglishStemmer, or every Chinese page logs an error."""
+    from sphinx.search import languages
+
+    search = series.chinese_search() or languages["zh"]
+    if isinstance(search, str):  # Sphinx names its own classes by import path
+        module, _, name = search.rpartition(".")
+        search = getattr(importlib.import_module(module), name)
+    assert search.lang == "zh" and search.js_stemmer_rawcode == f"{search.language_name.lower()}-stemmer.js"

@@ -113,6 +113,20 @@ def test_outputs_must_be_the_english_outputs(tree):
     assert zh.copy_outputs(tree, "01_masks.ipynb") == 1 and zh.check(tree) == []
 
 
+def test_the_saved_widget_state_must_be_the_english_one(tree):
+    """A widget output names its models by id in the notebook's metadata "widgets": copied outputs without that state
+    show no widget (in Jupyter, and on the website's Chinese pages)."""
+    english = tree / "notebooks" / "01_masks.ipynb"
+    nb = nbformat.read(english, as_version=4)
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {"m1": {"model_name": "X"}}}}
+    nbformat.write(nb, english)
+    assert zh.check(tree) == ["01_masks.ipynb: the saved widget state differs from the English, which the widget "
+                              "outputs draw (copy it with the outputs: python scripts/zh.py outputs)"]
+    assert zh.copy_outputs(tree, "01_masks.ipynb") == 1 and zh.check(tree) == []
+    twin = nbformat.read(tree / "notebooks" / "zh" / "01_masks.ipynb", as_version=4)
+    assert twin.metadata["widgets"] == nb.metadata["widgets"]
+
+
 def test_english_left_in_markdown_or_a_comment_is_named(tree):
     twin = tree / "notebooks" / "zh" / "01_masks.ipynb"
     edit(twin, "title", source=lambda s: s + "\n\nThe rest of this section is left in English for now.")

@@ -31,7 +31,7 @@ function liveExplorers() {
   for (const live of document.querySelectorAll(".explorer-live[data-page]")) {
     const frame = document.createElement("iframe");
     frame.className = "explorer-frame";
-    frame.title = "attention explorer";
+    frame.title = document.documentElement.lang.startsWith("zh") ? "注意力探索器" : "attention explorer";
     frame.setAttribute("sandbox", "allow-scripts allow-same-origin"); // same origin: this page measures its height
     frame.addEventListener("load", () => {
       fitExplorer(frame);
